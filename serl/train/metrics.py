@@ -1,0 +1,101 @@
+"""Metric sinks (JSONL + TensorBoard) and the rollout metrics of serl.md §8."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+from serl.trajectory import Group
+
+
+class MetricsLogger:
+    """Appends one JSON line per iteration to ``<run>/metrics.jsonl`` (flushed and fsynced, so a
+    crash loses at most the line being written) and mirrors scalars to TensorBoard.
+
+    Args:
+        run_dir: the run folder.
+        sinks: any of ``jsonl``, ``tensorboard``.
+    """
+
+    def __init__(self, run_dir: Path, sinks: Iterable[str]):
+        self.run_dir = Path(run_dir)
+        self.sinks = set(sinks)
+        self.path = self.run_dir / "metrics.jsonl"
+        self.tb = None
+        if "tensorboard" in self.sinks:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+
+    def truncate_after(self, iteration: int) -> None:
+        """On resume: drop lines of iterations after the checkpoint (they will be redone)."""
+        if not self.path.exists():
+            return
+        keep = []
+        with open(self.path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by a crash
+                if rec.get("iteration", 0) <= iteration:
+                    keep.append(line if line.endswith("\n") else line + "\n")
+        from serl.utils import atomic_write_text
+
+        atomic_write_text(self.path, "".join(keep))
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        rec = {"iteration": iteration, **{k: float(v) for k, v in metrics.items()}}
+        if "jsonl" in self.sinks:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        if self.tb is not None:
+            for k, v in rec.items():
+                if k != "iteration":
+                    self.tb.add_scalar(k, v, iteration)
+            self.tb.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def rollout_metrics(groups: list[Group], prefix: str = "episode") -> dict[str, float]:
+    """Success, reward, length, valid-action ratio and per-task-type success of a set of groups
+    (verl-agent's ``episode/*`` metrics, serl.md §8)."""
+    trajs = [t for g in groups for t in g.trajectories]
+    if not trajs:
+        return {}
+    steps = [s for t in trajs for s in t.steps]
+    rewards = [t.episode_reward for t in trajs]
+    lengths = [t.length for t in trajs]
+    m = {
+        f"{prefix}/success_rate": sum(t.won for t in trajs) / len(trajs),
+        f"{prefix}/reward/mean": sum(rewards) / len(rewards),
+        f"{prefix}/reward/max": max(rewards),
+        f"{prefix}/reward/min": min(rewards),
+        f"{prefix}/length/mean": sum(lengths) / len(lengths),
+        f"{prefix}/length/max": max(lengths),
+        f"{prefix}/length/min": min(lengths),
+        f"{prefix}/valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps)),
+        f"{prefix}/num_trajectories": len(trajs),
+        f"{prefix}/num_step_rows": len(steps),
+        "response_length/mean": sum(len(s.response_ids) for s in steps) / max(1, len(steps)),
+        "prompt_length/mean": sum(len(s.prompt_ids) for s in steps) / max(1, len(steps)),
+    }
+    m.update({f"{prefix}/{k}_success_rate": v for k, v in success_by_type(trajs).items()})
+    return m
+
+
+def success_by_type(trajectories) -> dict[str, float]:
+    """Success rate per ``task.task_type``."""
+    won: dict[str, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        won[t.task.task_type].append(t.won)
+    return {k: sum(v) / len(v) for k, v in sorted(won.items())}
