@@ -172,8 +172,68 @@ class SerlConfig:
     student_logprob: str = "current"
     dont_reprompt_on_self_success: bool = True
     remove_thinking_from_demonstration: bool = True
+    #: cap on the steps rendered in a successful-sample / judge trajectory (0 = all; serl.md §5)
     max_traj_context_steps: int = 0
+    #: cap on the steps rendered in a future / anchor continuation (0 = all; serl.md §5)
     max_future_context_steps: int = 0
+    #: where the successful sample comes from (docs/serl_modes.md): group (the original: first
+    #: other successful trajectory of the same group) | buffer (ours: the group first, else the
+    #: newest success on the same task from earlier iterations)
+    success_source: str = "group"
+    #: buffer: successful trajectories kept per task, and tasks kept (oldest task evicted first)
+    success_buffer_per_task: int = 1
+    success_buffer_max_tasks: int = 4096
+    #: anchor modes: cluster near-identical observations instead of exact equality (serl.md §4);
+    #: similarity = rapidfuzz ``fuzz.ratio / 100`` (the original used difflib's ratio)
+    anchor_enable_similarity: bool = False
+    #: strictly inside (0, 1)
+    anchor_similarity_thresh: float = 0.95
+    #: rapidfuzz (ours, fast) | difflib (the original's SequenceMatcher ratio)
+    anchor_similarity_backend: str = "rapidfuzz"
+    #: OpenAI-compatible base URL of the judge (``/chat/completions`` is appended; serl.md §3.5)
+    judge_api_url: str = "http://localhost:8000/v1"
+    #: model name sent to the judge; "" = the first id listed by ``<judge_api_url>/models``
+    judge_model: str = ""
+    #: prefer the env var SERL_JUDGE_API_KEY (or OPENAI_API_KEY). A key given here is moved out
+    #: of the config object when it is built (the field then reads "<redacted>"), so config
+    #: dumps and logs never contain it; it is not restored on --resume: set the env var then
+    judge_api_key: str = ""
+    #: seconds per request attempt, and retries of a failed attempt (timeout / connection / 5xx)
+    judge_timeout: float = 180.0
+    judge_request_retries: int = 2
+    #: seconds for all judge calls of one iteration; unfinished calls fall back (never a hang)
+    judge_batch_timeout: float = 900.0
+    judge_max_tokens: int = 4096
+    #: retry budget when the judge ran out of tokens while reasoning (empty answer)
+    judge_retry_max_tokens: int = 8192
+    judge_temperature: float = 0.0
+    #: sent as ``chat_template_kwargs.enable_thinking``; null = not sent (api.openai.com)
+    judge_enable_thinking: Optional[bool] = False
+    judge_max_concurrency: int = 32
+    #: true: a failed judge call raises; false: that trajectory gets no context (counted in
+    #: ``serl/judge_failure_fraction``, warned once per iteration)
+    judge_request_strict: bool = False
+    #: add the final immediate feedback to the judge's outcome summary
+    judge_include_feedback: bool = True
+    #: also call the judge on evaluation rollouts (the original did; serl.md §10.12)
+    judge_on_validation: bool = False
+    #: per-row JSONL of student/teacher texts under ``<run>/teacher/<iteration>.jsonl``;
+    #: off by default (the original wrote every row every step; serl.md §10.14)
+    dump_teacher_log: bool = False
+    teacher_log_every_n_steps: int = 1
+    #: cut each logged text to this many characters (0 = no cap)
+    teacher_log_max_text_chars: int = 0
+    #: rows logged per iteration, sampled with a seed = the iteration (0 = all rows)
+    teacher_log_sample_rows: int = 16
+
+    #: process-local home of a judge key given in the config (see ``judge_api_key``); a plain
+    #: class attribute, not a config field
+    _secret_store = {}
+
+    def __post_init__(self) -> None:
+        if self.judge_api_key and self.judge_api_key != "<redacted>":
+            SerlConfig._secret_store["judge_api_key"] = self.judge_api_key
+            self.judge_api_key = "<redacted>"
 
 
 @dataclass
