@@ -500,6 +500,12 @@ def test_anchor_similarity_clustering():
     strict, _ = build("anchor_immediate_feedback", g(), anchor_enable_similarity=True, anchor_similarity_thresh=0.96)
     assert strict[0].sections[0][1] == "open drawer 1, It is empty."
     assert sc.anchor_clusters(["a", "b", "a"], [0, 0, 1]) == [0, 1, 0]
+    # the original's difflib ratio is available too: desk 1 / desk 2 = 2*20/42 there as well
+    dl, _ = build("anchor_immediate_feedback", g(), anchor_enable_similarity=True, anchor_similarity_thresh=0.9,
+                  anchor_similarity_backend="difflib")
+    assert dl[0].sections[0][1] == "open drawer 1, It is empty.\nopen drawer 2, You see a key."
+    with pytest.raises(ConfigError, match="anchor_similarity_backend"):
+        build("anchor_immediate_feedback", g(), anchor_enable_similarity=True, anchor_similarity_backend="jaro")
 
 
 def test_anchor_clusters_similarity_order_is_step_then_batch():
