@@ -110,6 +110,10 @@ class RolloutConfig:
     micro_batch_size: int = 32
     #: vLLM only
     gpu_memory_utilization: float = 0.6
+    #: Dr.BoT group std filter (spear.md §6.4): keep this share of groups (1.0 = off) ...
+    rollout_filter_ratio: float = 1.0
+    #: ... with the largest (std) or smallest (std_rev) reward std
+    rollout_filter_type: str = "std"
 
 
 @dataclass
@@ -139,7 +143,27 @@ class ActorConfig:
     invalid_action_penalty_coef: float = 0.1
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
+    #: KL estimator of the reference-KL loss (gigpo_grpo.md §5): low_var_kl|k3, kl|k1, mse|k2, abs
     kl_loss_type: str = "low_var_kl"
+    #: verl ``policy_loss.*`` keys live here (``policy_loss`` is the registry name).
+    #: Clip-Cov (spear.md §4): share of response tokens whose gradient is cut, and the
+    #: covariance band (lb, ub). Defaults = the verl yaml (the SPEAR scripts keep them on-policy)
+    clip_cov_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+    #: KL-Cov (spear.md §4): share of tokens given the |Δlogπ| penalty, and its coefficient β
+    kl_cov_ratio: float = 0.0002
+    ppo_kl_coef: float = 0.1
+    #: the same for SPEAR replay mini-batches; None = the original code fallbacks
+    #: (clip_cov 0.002 / 1.0 / 40.0, kl_cov 0.8); SPEAR scripts: 0.02 / 2 / 60
+    clip_cov_ratio_replay: Optional[float] = None
+    clip_cov_lb_replay: Optional[float] = None
+    clip_cov_ub_replay: Optional[float] = None
+    kl_cov_ratio_replay: Optional[float] = None
+    #: divisor L of loss_agg_mode=seq-mean-token-sum-norm; None = the padded response length of
+    #: the loss tensor (verl pads to data.max_response_length; set that value when padding is
+    #: dynamic so the Dr.GRPO normaliser stays constant, gigpo_grpo.md §6.1)
+    loss_scale_factor: Optional[float] = None
 
 
 @dataclass
@@ -237,6 +261,49 @@ class SerlConfig:
 
 
 @dataclass
+class GiGPOConfig:
+    """GiGPO step-level advantage (gigpo_grpo.md §3; verl-agent ``algorithm.gigpo.*``)."""
+
+    #: ω in A = A^E + ω·A^S (paper: 1.0)
+    step_advantage_w: float = 1.0
+    #: mean_norm (A = R − μ; paper "w/o std") | mean_std_norm (÷ (σ + 1e-6)); both terms
+    mode: str = "mean_norm"
+    #: cluster anchor observations by similarity instead of exact equality (§3.3)
+    enable_similarity: bool = False
+    #: strictly inside (0, 1)
+    similarity_thresh: float = 0.95
+    #: rapidfuzz (ours: Indel ratio = fuzz.ratio/100) | difflib (the original SequenceMatcher)
+    similarity_backend: str = "rapidfuzz"
+
+
+@dataclass
+class SpearConfig:
+    """SPEAR self-imitation replay (spear.md §1–§3). verl-agent's
+    ``actor_rollout_ref.actor.<key>`` lives at ``algorithm.spear.<key>``."""
+
+    enable_trajectory_replay: bool = False
+    #: the buffer is "full" when its counted size exceeds 1.5 × this; also caps a replay batch
+    trajectory_buffer_size: int = 2048
+    #: g_mean values kept in the FIFO baseline history (P50 recalibration)
+    baseline_buffer_size: int = 10240
+    #: entries older than this many steps (vs trajectory_staleness_reference) are dropped.
+    #: The original silently capped it at 10; here the value is used as given
+    trajectory_tolerate_steps: int = 10
+    #: newest_entry (the original: age vs the newest buffer entry) | current_step (age vs the
+    #: global step: nothing older than tolerate_steps survives gaps without admissions)
+    trajectory_staleness_reference: str = "newest_entry"
+    #: <= 0 or > 1: P50-baseline recalibration (SPEAR scripts: -1); in (0, 1]: multiply the
+    #: stored advantages by it (yaml default 0.1)
+    weight_decay_trajectory_replay: float = 0.1
+    #: admit a sample when its on-policy advantage is > this. Dead in the original (which
+    #: admits A > 0 whatever the yaml's 1 says); 0.0 reproduces it
+    trajectory_score_threshold: float = 0.0
+    #: c and T of the cosine-warmed replay coefficient γ_t (spear.md §3)
+    replay_loss_coef: float = 0.001
+    max_replay_loss_steps: int = 200
+
+
+@dataclass
 class AlgorithmConfig:
     #: advantage estimator registry name: grpo, ...
     adv_estimator: str = "grpo"
@@ -244,6 +311,19 @@ class AlgorithmConfig:
     #: pool all step rows of a group in GRPO statistics (verl-agent default, serl.md §10.15);
     #: False = one value per trajectory
     compute_mean_std_cross_steps: bool = True
+    #: discount γ of GiGPO's step returns (gigpo_grpo.md §3.1; GiGPO recipes 0.95)
+    gamma: float = 1.0
+    gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
+    #: SPEAR intrinsic tool-call reward (spear.md §5): none | constant | cosine
+    use_toolcall_reward: str = "none"
+    #: T_tool: the cosine bonus decays to 0 over this many global steps (yaml 100, SPEAR 200)
+    max_toolcall_steps: int = 100
+    #: Dr.BoT response filters (spear.md §6.3): a flagged row's response_mask is zeroed
+    filter_overlong_responses: bool = False
+    filter_incomplete_responses: bool = False
+    filter_repetitive_responses: bool = False
+    filter_unreadable_responses: bool = False
+    spear: SpearConfig = field(default_factory=SpearConfig)
     serl: SerlConfig = field(default_factory=SerlConfig)
 
 
@@ -394,6 +474,9 @@ def validate(cfg: Config) -> None:
         f"unknown mode {cfg.actor.loss_agg_mode!r}; valid: {list(AGG_MODES)}",
     )
     validate_serl_config(cfg.algorithm.serl)
+    from serl.algos.spear import validate_spear_config
+
+    validate_spear_config(cfg)
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

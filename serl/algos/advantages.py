@@ -12,7 +12,7 @@ index arrays, so they are tested on hand-computed cases.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Hashable, Optional, Sequence
 
 import torch
 
@@ -49,6 +49,21 @@ class AdvantageInput:
         step_index: 0-based step id of each row inside its trajectory.
         anchor_index: integer id of the row's anchor-state group (GiGPO), or None.
         invalid: bool, row's action failed the format check.
+        step_returns: optional precomputed discounted step return ``R_t`` of each row, ``[rows]``
+            float, built from the raw env rewards *before* any row was dropped (gigpo_grpo.md
+            §3.1: "computed right after rollout, before filters"; see
+            :func:`discounted_step_returns`). GiGPO uses it instead of recomputing from
+            ``step_rewards`` — required whenever the std filter (spear.md §6.4) dropped rows,
+            since a dropped terminal step would otherwise erase its trajectory's returns.
+        penalty: optional ``[rows]`` float >= 0: the invalid-action penalty that was already
+            subtracted from ``scores`` (0 for valid rows; see :func:`invalid_action_penalty`).
+            GiGPO subtracts it from that row's ``R_t`` too (gigpo_grpo.md §4). None = no penalty
+            in ``R_t`` (pass it whenever ``actor.use_invalid_action_penalty`` is on).
+        anchor_obs: optional list (length ``rows``) of the raw current observation of each row
+            (``Step.observation``); GiGPO groups rows by it when ``anchor_index`` is None.
+        response_length: optional ``[rows]`` number of unmasked response tokens of each row;
+            the token weights of ``reinforce_plus_plus_baseline``'s batch whitening (1 per row
+            when None).
     """
 
     scores: torch.Tensor
@@ -58,6 +73,10 @@ class AdvantageInput:
     step_index: Optional[torch.Tensor] = None
     anchor_index: Optional[torch.Tensor] = None
     invalid: Optional[torch.Tensor] = None
+    step_returns: Optional[torch.Tensor] = None
+    penalty: Optional[torch.Tensor] = None
+    anchor_obs: Optional[Sequence[Hashable]] = None
+    response_length: Optional[torch.Tensor] = None
 
 
 def group_mean_std(
@@ -114,3 +133,418 @@ def grpo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
     if cfg.norm_adv_by_std_in_grpo:
         adv = adv / (std + 1e-6)
     return adv
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _pooled_values(
+    values: torch.Tensor, group_index: torch.Tensor, unit_index: Optional[torch.Tensor]
+) -> tuple[dict[int, list[int]], dict[int, torch.Tensor]]:
+    """Rows of each group and the pool of values its statistics use.
+
+    The pool is every row's value (``unit_index`` None: verl-agent's cross-step statistics) or
+    the first row's value of each distinct unit (trajectory), exactly as
+    :func:`group_mean_std`. Returns ``(rows_by_group, pool_by_group)``, keyed by group id.
+    """
+    rows_by_group: dict[int, list[int]] = {}
+    for r, g in enumerate(group_index.tolist()):
+        rows_by_group.setdefault(int(g), []).append(r)
+    pools: dict[int, torch.Tensor] = {}
+    vals = values.float()
+    for g, rows in rows_by_group.items():
+        if unit_index is None:
+            pools[g] = vals[rows]
+        else:
+            seen: dict[int, float] = {}
+            for r in rows:
+                seen.setdefault(int(unit_index[r]), float(vals[r]))
+            pools[g] = torch.tensor(list(seen.values()), dtype=torch.float32)
+    return rows_by_group, pools
+
+
+def _check_rows(data: AdvantageInput) -> int:
+    """Number of rows; raises ``ValueError`` if the per-row tensors disagree in length."""
+    n = int(data.scores.shape[0])
+    for name in ("group_index", "traj_index", "step_rewards", "step_index", "anchor_index",
+                 "step_returns", "penalty", "response_length"):
+        t = getattr(data, name)
+        if t is not None and int(t.shape[0]) != n:
+            raise ValueError(f"AdvantageInput.{name} has {int(t.shape[0])} rows, scores has {n}")
+    if data.anchor_obs is not None and len(data.anchor_obs) != n:
+        raise ValueError(f"AdvantageInput.anchor_obs has {len(data.anchor_obs)} rows, scores has {n}")
+    return n
+
+
+def invalid_action_penalty(invalid: torch.Tensor, coef: float, enabled: bool = True) -> torch.Tensor:
+    """Per-row invalid-action penalty (gigpo_grpo.md §4; ``actor.invalid_action_penalty_coef``).
+
+    Args:
+        invalid: ``[rows]`` bool, the row's action failed the format check
+            (``not Step.action_valid``).
+        coef: penalty in reward units (0.1 in every recipe).
+        enabled: ``actor.use_invalid_action_penalty``; False gives zeros.
+
+    Returns:
+        ``[rows]`` float32 ``coef · invalid`` (>= 0). The trainer subtracts it from the row's
+        scalar score (``AdvantageInput.scores``) and passes it as ``AdvantageInput.penalty`` so
+        GiGPO also subtracts it from that row's step return ``R_t``. It touches only that row:
+        no propagation to earlier steps' returns or to the trajectory's other rows.
+    """
+    if not enabled:
+        return torch.zeros(invalid.shape[0], dtype=torch.float32)
+    return invalid.to(torch.float32) * float(coef)
+
+
+# --------------------------------------------------------------------------------------------
+# Dr.GRPO, RLOO, REINFORCE++-baseline (gigpo_grpo.md §2 "Other estimators")
+# --------------------------------------------------------------------------------------------
+
+
+@register_advantage("drgrpo")
+def drgrpo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+    """Dr.GRPO: ``A_i = R_i − mean_g`` whatever ``norm_adv_by_std_in_grpo`` says (gigpo_grpo.md
+    §2; equal to ``grpo`` with ``algorithm.norm_adv_by_std_in_grpo=False``, the Dr.BoT/SPEAR
+    setting of spear.md §6). Statistics pool as in :func:`grpo_advantage`; a single-value group
+    has mean 0, so its rows get ``A = R``.
+
+    Returns:
+        ``[rows]`` float32.
+    """
+    _check_rows(data)
+    unit = None if cfg.compute_mean_std_cross_steps else data.traj_index
+    mean, _ = group_mean_std(data.scores.float(), data.group_index, unit)
+    return data.scores.float() - mean
+
+
+@register_advantage("rloo")
+def rloo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+    """RLOO, leave-one-out baseline (gigpo_grpo.md §2 "Other estimators").
+
+    ``A_i = n/(n−1) · (R_i − mean_g)`` = ``R_i − mean of the other n−1 pooled values``, with
+    ``n`` the number of values pooled for the group: every step row of the group with
+    ``algorithm.compute_mean_std_cross_steps=True`` (verl-agent default), else one value per
+    trajectory. A group with a single value keeps ``A_i = R_i`` (verl: no baseline available).
+
+    Args:
+        data: ``scores``, ``group_index``, ``traj_index``, each ``[rows]``.
+        cfg: the ``algorithm`` section (``compute_mean_std_cross_steps``).
+
+    Returns:
+        ``[rows]`` float32 advantages (reward units).
+    """
+    _check_rows(data)
+    unit = None if cfg.compute_mean_std_cross_steps else data.traj_index
+    rows_by_group, pools = _pooled_values(data.scores, data.group_index, unit)
+    adv = data.scores.float().clone()
+    for g, rows in rows_by_group.items():
+        n = pools[g].numel()
+        if n > 1:
+            adv[rows] = (adv[rows] - pools[g].mean()) * (n / (n - 1))
+    return adv
+
+
+@register_advantage("reinforce_plus_plus_baseline")
+def reinforce_plus_plus_baseline_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+    """REINFORCE++ with a group baseline, whitened over the batch (gigpo_grpo.md §2).
+
+    ``x_i = R_i − mean_g`` (pooling as :func:`grpo_advantage`; a single-value group has
+    mean 0), then token-level whitening over the whole batch as verl's ``masked_whiten``:
+    with token weights ``w_i`` = the row's response-token count
+    (``data.response_length``; 1 per row if None), ``W = Σ w``,
+    ``μ = Σ w·x / W``, ``var = Σ w·(x − μ)² / W · W/(W−1)`` (unbiased), and
+    ``A_i = (x_i − μ) / sqrt(var + 1e-8)``. If ``W <= 1`` the variance is undefined and the
+    advantage is ``x − μ`` (not scaled).
+
+    Returns:
+        ``[rows]`` float32 (dimensionless after whitening).
+    """
+    _check_rows(data)
+    unit = None if cfg.compute_mean_std_cross_steps else data.traj_index
+    mean, _ = group_mean_std(data.scores.float(), data.group_index, unit)
+    x = data.scores.float() - mean
+    if data.response_length is None:
+        w = torch.ones_like(x)
+    else:
+        w = data.response_length.to(torch.float32)
+    total = float(w.sum())
+    if total <= 0:
+        return torch.zeros_like(x)
+    mu = (w * x).sum() / total
+    if total <= 1:
+        return x - mu
+    var = (w * (x - mu) ** 2).sum() / total * (total / (total - 1.0))
+    return (x - mu) * torch.rsqrt(var + 1e-8)
+
+
+# --------------------------------------------------------------------------------------------
+# GiGPO (gigpo_grpo.md §3)
+# --------------------------------------------------------------------------------------------
+
+GIGPO_MODES = ("mean_norm", "mean_std_norm")
+SIMILARITY_BACKENDS = ("rapidfuzz", "difflib")
+
+
+def discounted_step_returns(
+    step_rewards: torch.Tensor,
+    traj_index: torch.Tensor,
+    gamma: float,
+    step_index: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Per-step discounted return ``R_t = Σ_{k>=t} γ^{k−t} r_k`` inside each trajectory
+    (GiGPO paper Eq. 5, gigpo_grpo.md §3.1; ``algorithm.gamma``).
+
+    Args:
+        step_rewards: ``[rows]`` float, the raw env reward of each row's own step (no SPEAR
+            tool-call bonus, no invalid-action penalty: those enter elsewhere, §3.1 / §4).
+        traj_index: ``[rows]`` int, trajectory id of each row.
+        gamma: discount γ in [0, 1].
+        step_index: ``[rows]`` int, position of the row inside its trajectory; None = the rows
+            of a trajectory appear in step order (verl-agent's batch order).
+
+    Returns:
+        ``[rows]`` float32 returns in reward units (ALFWorld: ``10·γ^{T−t}`` on a winning
+        trajectory, else 0).
+
+    Raises:
+        ValueError: two rows of one trajectory share a ``step_index`` (e.g. rows duplicated to
+            pad a batch), or ``gamma`` outside [0, 1].
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    rewards = step_rewards.to(torch.float32)
+    out = torch.zeros_like(rewards)
+    rows_by_traj: dict[int, list[int]] = {}
+    for r, t in enumerate(traj_index.tolist()):
+        rows_by_traj.setdefault(int(t), []).append(r)
+    for t, rows in rows_by_traj.items():
+        if step_index is not None:
+            steps = [int(step_index[r]) for r in rows]
+            if len(set(steps)) != len(steps):
+                raise ValueError(f"trajectory {t} has duplicated step_index values {sorted(steps)}")
+            rows = [r for _, r in sorted(zip(steps, rows))]
+        running = 0.0
+        for r in reversed(rows):
+            running = float(rewards[r]) + gamma * running
+            out[r] = running
+    return out
+
+
+def _similar_fn(backend: str, thresh: float) -> Callable[[str, str], bool]:
+    if backend == "rapidfuzz":
+        from rapidfuzz.distance import Indel
+
+        def sim(a: str, b: str) -> bool:
+            # normalized Indel similarity == rapidfuzz.fuzz.ratio / 100 == 2·LCS/(|a|+|b|)
+            return Indel.normalized_similarity(a, b, score_cutoff=thresh) >= thresh
+
+        return sim
+    if backend == "difflib":
+        import difflib
+
+        def sim(a: str, b: str) -> bool:
+            m = difflib.SequenceMatcher(None, a, b)
+            # real_quick_ratio/quick_ratio are upper bounds of ratio(): same answer, less work
+            return m.real_quick_ratio() >= thresh and m.quick_ratio() >= thresh and m.ratio() >= thresh
+
+        return sim
+    raise ValueError(f"unknown similarity backend {backend!r}; valid: {list(SIMILARITY_BACKENDS)}")
+
+
+def anchor_groups(
+    observations: Sequence[Hashable],
+    group_index: Sequence[int],
+    similarity_thresh: Optional[float] = None,
+    *,
+    order: Optional[Sequence[int]] = None,
+    backend: str = "rapidfuzz",
+) -> list[int]:
+    """Anchor-state groups: cluster rows with the same observation inside each task group
+    (GiGPO Eqs. 4, 6, gigpo_grpo.md §3.3; the same clustering as SERL's anchor modes, serl.md §4).
+
+    Exact mode (``similarity_thresh`` None): rows of one group with equal observations share a
+    cluster, whatever their trajectory or step index. Any hashable observation works (strings;
+    convert arrays to tuples first).
+
+    Similarity mode (``similarity_thresh`` in (0, 1)): greedy clustering per group. Rows are
+    visited in row order (GiGPO) or, with ``order`` given, sorted by ``(order[i], i)`` (SERL
+    visits by ``(step_id, batch_index)``); a row joins the first cluster (creation order) whose
+    representative — its first member's observation — is at least ``similarity_thresh``
+    similar, else it founds a new cluster. Similarity:
+
+    - ``backend="rapidfuzz"`` (default, ours): ``rapidfuzz.distance.Indel.normalized_similarity``
+      = ``rapidfuzz.fuzz.ratio/100`` = ``2·LCS(a, b)/(|a| + |b|)`` (exact longest common
+      subsequence, C speed).
+    - ``backend="difflib"`` (the originals): ``difflib.SequenceMatcher(None, a, b).ratio()``
+      = ``2·M/(|a| + |b|)`` with ``M`` the Ratcliff/Obershelp matching-block count (autojunk on).
+      ``M <= LCS``, so rapidfuzz scores are >= difflib's: a pair near the threshold may join a
+      cluster under rapidfuzz and not under difflib. Identical strings score 1.0 in both.
+
+    Args:
+        observations: ``[rows]`` raw current observations (``anchor_obs``; ``Step.observation``).
+        group_index: ``[rows]`` task-group id (``uid``) of each row; clusters never cross groups.
+        similarity_thresh: None = exact equality; else the threshold, strictly in (0, 1).
+        order: optional ``[rows]`` visiting key for similarity mode (ties by row index).
+        backend: ``rapidfuzz`` | ``difflib``.
+
+    Returns:
+        ``[rows]`` cluster ids: ints from 0, numbered in order of creation (groups by first
+        appearance, then visiting order), unique across groups.
+
+    Raises:
+        ValueError: lengths differ, threshold outside (0, 1), unknown backend.
+        TypeError: a non-string observation in similarity mode.
+    """
+    n = len(observations)
+    if len(group_index) != n:
+        raise ValueError(f"observations has {n} rows, group_index has {len(group_index)}")
+    if order is not None and len(order) != n:
+        raise ValueError(f"observations has {n} rows, order has {len(order)}")
+    group_list = [int(g) for g in group_index]
+    rows_by_group: dict[int, list[int]] = {}
+    for r, g in enumerate(group_list):
+        rows_by_group.setdefault(g, []).append(r)
+    out = [-1] * n
+    next_id = 0
+    if similarity_thresh is None:
+        for rows in rows_by_group.values():
+            ids: dict[Hashable, int] = {}
+            for r in rows:
+                key = observations[r]
+                if key not in ids:
+                    ids[key] = next_id
+                    next_id += 1
+                out[r] = ids[key]
+        return out
+    if not 0.0 < similarity_thresh < 1.0:
+        raise ValueError(f"similarity_thresh must be strictly inside (0, 1), got {similarity_thresh}")
+    similar = _similar_fn(backend, float(similarity_thresh))
+    for rows in rows_by_group.values():
+        if order is not None:
+            rows = sorted(rows, key=lambda r: (int(order[r]), r))
+        reps: list[tuple[str, int]] = []  # (representative text, cluster id)
+        exact: dict[str, int] = {}
+        for r in rows:
+            obs = observations[r]
+            if not isinstance(obs, str):
+                raise TypeError(f"similarity mode needs string observations, row {r} is {type(obs).__name__}")
+            cid = exact.get(obs)
+            if cid is None:
+                for rep, rep_id in reps:
+                    if similar(obs, rep):
+                        cid = rep_id
+                        break
+            if cid is None:
+                cid = next_id
+                next_id += 1
+                reps.append((obs, cid))
+            # an identical string is 1.0-similar to whatever it was compared with, so it lands in
+            # the same first matching cluster: memoising it changes nothing but the speed
+            exact.setdefault(obs, cid)
+            out[r] = cid
+    return out
+
+
+def _cluster_mean_std(values: torch.Tensor, cluster: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row mean and unbiased std over the row's cluster; a single-row cluster has mean =
+    its own value and std 1 (GiGPO ``step_norm_reward``: its step advantage is 0)."""
+    mean = values.clone().float()
+    std = torch.ones_like(mean)
+    rows_by: dict[int, list[int]] = {}
+    for r, c in enumerate(cluster.tolist()):
+        rows_by.setdefault(int(c), []).append(r)
+    for rows in rows_by.values():
+        if len(rows) > 1:
+            pool = values[rows].float()
+            mean[rows] = pool.mean()
+            std[rows] = pool.std(unbiased=True)
+    return mean, std
+
+
+def gigpo_step_returns(data: AdvantageInput, gamma: float) -> torch.Tensor:
+    """``R_t`` used by GiGPO's step advantage: ``data.step_returns`` if given, else
+    :func:`discounted_step_returns` of ``data.step_rewards``; minus ``data.penalty`` when given
+    (gigpo_grpo.md §3.1, §4). ``[rows]`` float32.
+
+    Raises:
+        ValueError: neither ``step_returns`` nor ``step_rewards`` is given.
+    """
+    if data.step_returns is not None:
+        ret = data.step_returns.to(torch.float32).clone()
+    elif data.step_rewards is not None:
+        ret = discounted_step_returns(data.step_rewards, data.traj_index, gamma, data.step_index)
+    else:
+        raise ValueError("gigpo needs AdvantageInput.step_returns or AdvantageInput.step_rewards")
+    if data.penalty is not None:
+        ret = ret - data.penalty.to(torch.float32)
+    return ret
+
+
+@register_advantage("gigpo")
+def gigpo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+    """GiGPO: episode-level plus anchor-state step-level relative advantage (gigpo_grpo.md §3,
+    GiGPO paper Eqs. 3, 5–8).
+
+    1. Episode term (Eq. 3, §3.2): ``A^E = R − μ_g`` (``mean_norm``) or
+       ``(R − μ_g)/(σ_g + 1e-6)`` (``mean_std_norm``), with ``R = data.scores`` and the same
+       pooling and single-value rule as :func:`grpo_advantage`
+       (``algorithm.compute_mean_std_cross_steps``). ``algorithm.gigpo.mode`` decides the std,
+       not ``norm_adv_by_std_in_grpo``.
+    2. Step returns (Eq. 5, §3.1, §4): :func:`gigpo_step_returns` with ``algorithm.gamma``.
+    3. Anchor groups (Eq. 6, §3.3): ``data.anchor_index`` if given, else
+       :func:`anchor_groups` of ``data.anchor_obs`` inside each ``group_index``, exact or, with
+       ``algorithm.gigpo.enable_similarity``, by ``similarity_thresh`` / ``similarity_backend``.
+    4. Step term (Eq. 7, §3.4): within each anchor group ``A^S = R_t − μ_s`` or
+       ``(R_t − μ_s)/(σ_s + 1e-6)`` (same ``mode``; unbiased σ); a single-row group gets 0.
+    5. ``A = A^E + ω · A^S`` with ``ω = algorithm.gigpo.step_advantage_w`` (Eq. 8, §3.5).
+
+    Args:
+        data: ``scores``, ``group_index``, ``traj_index`` and ``step_returns`` or
+            ``step_rewards`` (+ ``step_index``), ``anchor_index`` or ``anchor_obs``, optional
+            ``penalty``; all ``[rows]``.
+        cfg: the ``algorithm`` section (``gamma``, ``gigpo.*``, ``compute_mean_std_cross_steps``).
+
+    Returns:
+        ``[rows]`` float32; the trainer broadcasts each over its row's response tokens.
+
+    Raises:
+        ValueError: unknown mode, missing step rewards, missing anchors, bad lengths.
+    """
+    _check_rows(data)
+    gcfg = cfg.gigpo
+    if gcfg.mode not in GIGPO_MODES:
+        raise ValueError(f"algorithm.gigpo.mode: unknown mode {gcfg.mode!r}; valid: {list(GIGPO_MODES)}")
+    use_std = gcfg.mode == "mean_std_norm"
+    unit = None if cfg.compute_mean_std_cross_steps else data.traj_index
+    mean, std = group_mean_std(data.scores.float(), data.group_index, unit)
+    episode = data.scores.float() - mean
+    if use_std:
+        episode = episode / (std + 1e-6)
+
+    returns = gigpo_step_returns(data, cfg.gamma)
+    if data.anchor_index is not None:
+        anchors = data.anchor_index
+    elif data.anchor_obs is not None:
+        thresh = gcfg.similarity_thresh if gcfg.enable_similarity else None
+        anchors = torch.tensor(
+            anchor_groups(list(data.anchor_obs), data.group_index.tolist(), thresh, backend=gcfg.similarity_backend),
+            dtype=torch.long,
+        )
+    else:
+        raise ValueError("gigpo needs AdvantageInput.anchor_index or AdvantageInput.anchor_obs")
+    s_mean, s_std = _cluster_mean_std(returns, anchors)
+    step = returns - s_mean
+    if use_std:
+        step = step / (s_std + 1e-6)
+    return episode + float(gcfg.step_advantage_w) * step
+
+
+def anchor_group_sizes(anchor_index: Sequence[int]) -> list[int]:
+    """Size of every anchor group (one entry per group), for the GiGPO step-group metrics of
+    gigpo_grpo.md §3.7 (share of size-1 groups, mean size)."""
+    counts: dict[int, int] = {}
+    for a in anchor_index:
+        counts[int(a)] = counts.get(int(a), 0) + 1
+    return list(counts.values())

@@ -11,7 +11,8 @@ applied to them *before* the loss sees them, so every loss composes with SERL.
 
 from __future__ import annotations
 
-from typing import Callable
+import copy
+from typing import Callable, Optional
 
 import torch
 
@@ -43,8 +44,14 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1.0)
 
 
-def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
-    """Aggregate a per-token loss to a scalar (gigpo_grpo.md §6.1).
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    *,
+    loss_scale_factor: Optional[float] = None,
+) -> torch.Tensor:
+    """Aggregate a per-token loss to a scalar (gigpo_grpo.md §6.1, spear.md §6.2).
 
     Args:
         loss_mat: ``[batch, resp_len]`` per-token loss.
@@ -55,9 +62,20 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
             ``seq-mean-token-mean``: mean_i (Σ_t m·l / Σ_t m);
             ``seq-mean-token-sum-norm``: Σ m·l / L with L = ``resp_len`` (the constant padded
             length, as verl: Dr.GRPO's fixed normaliser; no division by the batch size).
+        loss_scale_factor: the ``L`` of ``seq-mean-token-sum-norm`` (``actor.loss_scale_factor``);
+            None = ``loss_mat.shape[-1]``. Set it to ``data.max_response_length`` when the
+            trainer pads each micro-batch only to its longest response, so the divisor stays
+            constant (verl always pads to ``max_response_length``).
+
+    Rows whose mask is all zero (Dr.BoT-filtered rows) contribute 0 in every mode and still
+    count in ``B`` for the ``seq-mean-*`` modes. The original's ``seq-mean-token-mean`` gives
+    0/0 = NaN for such a row (spear.md §6.2); here their token-mean is 0.
+
+    Returns:
+        A 0-dim tensor.
 
     Raises:
-        ValueError: unknown mode.
+        ValueError: unknown mode, or ``loss_scale_factor <= 0``.
     """
     m = loss_mask.to(loss_mat.dtype)
     if loss_agg_mode == "token-mean":
@@ -67,7 +85,10 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     if loss_agg_mode == "seq-mean-token-mean":
         return ((loss_mat * m).sum(-1) / m.sum(-1).clamp_min(1.0)).mean()
     if loss_agg_mode == "seq-mean-token-sum-norm":
-        return (loss_mat * m).sum() / loss_mat.shape[-1]
+        if loss_scale_factor is not None and loss_scale_factor <= 0:
+            raise ValueError(f"loss_scale_factor must be > 0, got {loss_scale_factor}")
+        denom = loss_mat.shape[-1] if loss_scale_factor is None else float(loss_scale_factor)
+        return (loss_mat * m).sum() / denom
     raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid: {list(AGG_MODES)}")
 
 
@@ -104,7 +125,7 @@ def ppo_clip_loss(
     loss3 = -advantages * c
     dual = torch.minimum(loss3, clip_loss)
     loss_mat = torch.where(advantages < 0, dual, clip_loss)
-    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode)
+    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode, loss_scale_factor=_scale(cfg))
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": masked_mean((loss2 > loss1).float(), response_mask).item(),
@@ -119,3 +140,264 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     logits = logits.float()
     pd = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (pd * logits).sum(-1)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers shared by the losses
+# --------------------------------------------------------------------------------------------
+
+
+def _scale(cfg) -> Optional[float]:
+    """``actor.loss_scale_factor`` (None if the config has no such key)."""
+    return getattr(cfg, "loss_scale_factor", None)
+
+
+def _clip_eps(cfg) -> tuple[float, float]:
+    """``(ε_low, ε_high)``: ``clip_ratio_low/high``, each falling back to ``clip_ratio``."""
+    eps_low = cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low
+    eps_high = cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high
+    return float(eps_low), float(eps_high)
+
+
+#: the original code's values when a ``*_replay`` key is None (spear.md §4 table)
+REPLAY_FALLBACKS = {"clip_cov_ratio": 0.002, "clip_cov_lb": 1.0, "clip_cov_ub": 40.0, "kl_cov_ratio": 0.8}
+
+
+def replay_loss_config(cfg):
+    """The ``actor`` config a SPEAR *replay* mini-batch's loss uses (spear.md §3, §4).
+
+    A shallow copy of ``cfg`` in which ``clip_cov_ratio``, ``clip_cov_lb``, ``clip_cov_ub`` and
+    ``kl_cov_ratio`` take the values of their ``*_replay`` keys, or the original code's
+    fallbacks (0.002, 1.0, 40.0, 0.8) when those are None. Everything else (clip ratios,
+    ``ppo_kl_coef``, ``loss_agg_mode``) is shared with on-policy. Pass the result as ``cfg`` to
+    any registered loss: this is the original's ``is_replay=True`` without a new argument.
+    """
+    out = copy.copy(cfg)
+    for key, fallback in REPLAY_FALLBACKS.items():
+        v = getattr(cfg, f"{key}_replay", None)
+        setattr(out, key, fallback if v is None else v)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# KL to the reference policy (gigpo_grpo.md §5, spear.md §6.1)
+# --------------------------------------------------------------------------------------------
+
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_type: str) -> torch.Tensor:
+    """Per-token KL estimate between the policy and the reference (Schulman's k1/k2/k3).
+
+    - ``kl`` / ``k1``: ``logπ − logπ_ref``;
+    - ``abs``: ``|logπ − logπ_ref|``;
+    - ``mse`` / ``k2``: ``½ (logπ − logπ_ref)²``;
+    - ``low_var_kl`` / ``k3``: with ``x = logπ_ref − logπ``, ``e^x − x − 1`` clamped to
+      [−10, 10] (gigpo_grpo.md §5; spear.md §6.1).
+
+    Args:
+        logprob, ref_logprob: ``[batch, resp_len]`` log-probs (nats) of the sampled tokens.
+        kl_type: one of :data:`KL_TYPES` (``actor.kl_loss_type``).
+
+    Returns:
+        ``[batch, resp_len]`` per-token estimate in nats (not masked).
+
+    Raises:
+        ValueError: unknown ``kl_type``.
+    """
+    if kl_type in ("kl", "k1"):
+        return logprob - ref_logprob
+    if kl_type == "abs":
+        return (logprob - ref_logprob).abs()
+    if kl_type in ("mse", "k2"):
+        return 0.5 * (logprob - ref_logprob).square()
+    if kl_type in ("low_var_kl", "k3"):
+        x = ref_logprob - logprob
+        return torch.clamp(torch.exp(x) - x - 1.0, min=-10.0, max=10.0)
+    raise ValueError(f"unknown kl_loss_type {kl_type!r}; valid: {list(KL_TYPES)}")
+
+
+def kl_loss(
+    logprob: torch.Tensor,
+    ref_logprob: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_type: str,
+    loss_agg_mode: str,
+    *,
+    loss_scale_factor: Optional[float] = None,
+) -> torch.Tensor:
+    """``agg(kl_penalty(logπ, logπ_ref))``: the reference-KL loss the trainer adds as
+    ``actor.kl_loss_coef · kl_loss`` when ``actor.use_kl_loss`` (on-policy mini-batches only;
+    SPEAR replay gets no reference KL, spear.md §3). Shapes ``[batch, resp_len]``; 0-dim result.
+    """
+    kld = kl_penalty(logprob, ref_logprob, kl_type)
+    return agg_loss(kld, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
+
+
+# --------------------------------------------------------------------------------------------
+# Clip-Cov, KL-Cov (arXiv 2505.22617) and GPG (spear.md §4)
+# --------------------------------------------------------------------------------------------
+
+
+@register_policy_loss("clip_cov")
+def clip_cov_loss(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cfg,
+    *,
+    generator: Optional[torch.Generator] = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clip-Cov: PPO clip, plus the gradient cut on random high-covariance tokens (spear.md §4).
+
+    With ``r = exp(clamp(logπ − logπ_old, −20, 20))`` (the clamp as ``vanilla``; the original
+    has none here, identical inside the range):
+
+    - ``L1 = −A·r``, ``L2 = −A·clip(r, 1−ε_low, 1+ε_high)``; tokens with ``L2 > L1`` are
+      "already clipped by PPO";
+    - ``cov_t = (A_t − mean_m(A)) · (logπ_t − mean_m(logπ))`` over the micro-batch (masked
+      means, detached);
+    - candidates: valid, not already clipped, ``clip_cov_lb < cov_t < clip_cov_ub``;
+    - ``k = max(⌊clip_cov_ratio · Σm⌋, 1)``; ``min(k, #candidates)`` candidates chosen
+      **uniformly at random** (``generator``), not top-k, get their loss multiplied by 0;
+    - ``L = max(L1, L2) · corr`` — no dual clip in this mode.
+
+    Args:
+        logprob: ``[batch, resp_len]`` current log-probs (with grad).
+        old_logprob: ``[batch, resp_len]`` behaviour log-probs (stored ones for replay).
+        advantages: ``[batch, resp_len]`` per-token advantages (SERL weights already applied).
+        response_mask: ``[batch, resp_len]`` 0/1.
+        cfg: the ``actor`` config (``clip_ratio*``, ``clip_cov_ratio``, ``clip_cov_lb``,
+            ``clip_cov_ub``, ``loss_agg_mode``, ``loss_scale_factor``); for replay pass
+            :func:`replay_loss_config` ``(cfg)``.
+        generator: RNG of the random token choice (None = torch's global RNG).
+
+    Returns:
+        ``(loss, metrics)``: ``pg_clipfrac`` = share of valid tokens whose gradient was cut,
+        ``pg_clipfrac_lower`` = 0, ``ppo_kl`` = mean(logπ_old − logπ).
+
+    Raises:
+        ValueError: ``clip_cov_ratio <= 0``.
+    """
+    ratio_k = float(cfg.clip_cov_ratio)
+    if ratio_k <= 0:
+        raise ValueError(f"clip_cov_ratio must be > 0, got {ratio_k}")
+    lb, ub = float(cfg.clip_cov_lb), float(cfg.clip_cov_ub)
+    eps_low, eps_high = _clip_eps(cfg)
+    neg_kl = torch.clamp(logprob - old_logprob, -20.0, 20.0)
+    ratio = torch.exp(neg_kl)
+    loss1 = -advantages * ratio
+    loss2 = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    valid = response_mask > 0
+    with torch.no_grad():
+        clipped_by_ppo = (loss2 > loss1) & valid
+        lp = logprob.detach()
+        cov = (advantages - masked_mean(advantages, response_mask)) * (lp - masked_mean(lp, response_mask))
+        cand = (cov > lb) & (cov < ub) & valid & ~clipped_by_ppo
+        idx = torch.nonzero(cand)
+        k = max(int(ratio_k * float(response_mask.sum())), 1)
+        corr = torch.ones_like(loss1)
+        if idx.shape[0] > 0:
+            perm = torch.randperm(idx.shape[0], generator=generator)[: min(k, idx.shape[0])]
+            pick = idx[perm.to(idx.device)]
+            corr[pick[:, 0], pick[:, 1]] = 0.0
+    loss_mat = torch.maximum(loss1, loss2) * corr
+    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode, loss_scale_factor=_scale(cfg))
+    with torch.no_grad():
+        metrics = {
+            "pg_clipfrac": masked_mean((corr == 0).float(), response_mask).item(),
+            "pg_clipfrac_lower": 0.0,
+            "ppo_kl": masked_mean(-neg_kl, response_mask).item(),
+        }
+    return loss, metrics
+
+
+@register_policy_loss("kl_cov")
+def kl_cov_loss(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cfg,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """KL-Cov: unclipped policy gradient plus a |Δlogπ| penalty on the top-covariance tokens
+    (spear.md §4).
+
+    ``L_t = −A_t·r_t`` with ``r = exp(clamp(logπ − logπ_old, −20, 20))`` and **no ratio
+    clipping**; over the ``N`` valid tokens of the micro-batch
+    ``cov_t = (A_t − mean A)(logπ_t − mean logπ)`` (detached), and the top
+    ``k = max(1, ⌊N · kl_cov_ratio⌋)`` tokens by ``cov_t`` get
+    ``L_t = −A_t·r_t + β·|logπ_t − logπ_old,t|`` with ``β = actor.ppo_kl_coef``.
+
+    Args:
+        logprob, old_logprob, advantages, response_mask: ``[batch, resp_len]``.
+        cfg: the ``actor`` config (``kl_cov_ratio``, ``ppo_kl_coef``, ``loss_agg_mode``); for
+            replay pass :func:`replay_loss_config` ``(cfg)``.
+
+    Returns:
+        ``(loss, metrics)``: ``ppo_kl`` = mean |Δlogπ| (as the original reports),
+        ``pg_clipfrac`` = share of valid tokens penalised, ``pg_clipfrac_lower`` = 0.
+
+    Raises:
+        ValueError: ``kl_cov_ratio <= 0``.
+    """
+    ratio_k = float(cfg.kl_cov_ratio)
+    if ratio_k <= 0:
+        raise ValueError(f"kl_cov_ratio must be > 0, got {ratio_k}")
+    beta = float(cfg.ppo_kl_coef)
+    diff = logprob - old_logprob
+    ratio = torch.exp(torch.clamp(diff, -20.0, 20.0))
+    abs_kl = diff.abs()
+    base = -advantages * ratio
+    valid = response_mask > 0
+    with torch.no_grad():
+        sel = torch.zeros_like(valid)
+        flat_valid = torch.nonzero(valid.reshape(-1), as_tuple=True)[0]
+        n_valid = flat_valid.numel()
+        if n_valid > 0:
+            a = advantages.detach().reshape(-1)[flat_valid].float()
+            lp = logprob.detach().reshape(-1)[flat_valid].float()
+            cov = (a - a.mean()) * (lp - lp.mean())
+            k = max(1, int(n_valid * ratio_k))
+            top = torch.topk(cov, min(k, n_valid), largest=True).indices
+            sel.reshape(-1)[flat_valid[top]] = True
+    loss_mat = torch.where(sel, base + beta * abs_kl, base)
+    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode, loss_scale_factor=_scale(cfg))
+    with torch.no_grad():
+        metrics = {
+            "pg_clipfrac": masked_mean(sel.float(), response_mask).item(),
+            "pg_clipfrac_lower": 0.0,
+            "ppo_kl": masked_mean(abs_kl, response_mask).item(),
+        }
+    return loss, metrics
+
+
+@register_policy_loss("gpg")
+def gpg_loss(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cfg,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GPG: plain policy gradient ``L_t = −logπ_t · A_t`` — no ratio, no clipping; the old
+    log-probs are not used in the loss (spear.md §4).
+
+    Args:
+        logprob, old_logprob, advantages, response_mask: ``[batch, resp_len]``.
+        cfg: the ``actor`` config (``loss_agg_mode``, ``loss_scale_factor``).
+
+    Returns:
+        ``(loss, metrics)``: ``pg_clipfrac`` = ``pg_clipfrac_lower`` = 0; ``ppo_kl`` =
+        mean(logπ_old − logπ) for monitoring only.
+    """
+    loss_mat = -logprob * advantages
+    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode, loss_scale_factor=_scale(cfg))
+    with torch.no_grad():
+        metrics = {
+            "pg_clipfrac": 0.0,
+            "pg_clipfrac_lower": 0.0,
+            "ppo_kl": masked_mean(old_logprob - logprob.detach(), response_mask).item(),
+        }
+    return loss, metrics
