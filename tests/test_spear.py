@@ -191,6 +191,19 @@ def test_consume_p50_recalibrates_filters_samples_and_empties():
     assert out[0].advantages.tolist() == [5.0, 5.0, 0.0]
 
 
+def test_consume_keeps_zero_recalibrated_advantage():
+    # groups u1 (trajectories 10 and 0: mean 5) and u2 (8 and 9: mean 8.5) -> b = 6.75; the
+    # row rewarded exactly 6.75 has Ã = 0 and is kept (>= 0), the 5.0 row (Ã < 0) is dropped
+    buf = ReplayBuffer(weight_decay=-1)
+    buf.add_step([row(10, 1.0, "u1", "a"), row(0, -1.0, "u1", "b"), row(8, 1.0, "u2", "c"), row(9, 1.0, "u2", "d")], 1)
+    assert buf.baseline() == (6.75, 2.75)  # stds 5 and 0.5
+    buf.entries[0][1].append(row(6.75, 1.0, "u3", "e"))
+    buf.entries[0][1].append(row(5.0, 1.0, "u3", "f"))
+    out, met = buf.consume(torch.Generator().manual_seed(0))
+    assert met["replay/kept"] == 4.0 and len(out) == 4
+    assert sorted(r.advantages[0].item() for r in out) == [0.0, 1.25, 2.25, 3.25]
+
+
 def test_consume_cap_decay_mode_and_empty():
     buf = ReplayBuffer(buffer_size=2, weight_decay=0.5)
     buf.add_step([row(1, 2.0, traj=f"t{i}") for i in range(7)], 1)
