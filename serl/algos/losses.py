@@ -7,6 +7,11 @@ Every policy loss has the signature::
 with ``logprob``/``old_logprob``/``advantages``/``response_mask`` of shape ``[batch, resp_len]``.
 ``advantages`` are per-token: SERL's selective weights (and any other token weighting) are
 applied to them *before* the loss sees them, so every loss composes with SERL.
+
+Registered: ``vanilla`` (PPO clip, clip-higher, dual clip; gigpo_grpo.md §6.2), ``clip_cov``,
+``kl_cov``, ``gpg`` (spear.md §4). A SPEAR replay mini-batch calls the same function with
+``replay_loss_config(cfg)`` (the ``*_replay`` parameters; spear.md §3). The reference-KL
+estimators are :func:`kl_penalty` / :func:`kl_loss` (gigpo_grpo.md §5). Log-probs are in nats.
 """
 
 from __future__ import annotations

@@ -337,6 +337,8 @@ class ReplayBuffer:
         base = self.baseline()
         count = 0
         for _, rows in self.entries:
+            if not rows:
+                continue
             rewards = [r.reward for r in rows]
             ref = base[0] if base is not None else sum(rewards) / len(rewards)
             count += sum(1 for x in rewards if x > ref)
