@@ -96,7 +96,8 @@ class Collector:
 
     # ------------------------------------------------------------------ loop
     def collect(self, tasks: list[Task], group_size: int, params: SamplingParams,
-                progress: Callable[[int, int], None] | None = None) -> list[Group]:
+                progress: Callable[[int, int], None] | None = None,
+                reset_results: list[StepResult] | None = None) -> list[Group]:
         """Play ``group_size`` episodes of every task; returns one :class:`Group` per task.
 
         Args:
@@ -104,13 +105,16 @@ class Collector:
             group_size: G, episodes per task.
             params: sampling settings.
             progress: optional callback ``(step, n_active)`` after each env step.
+            reset_results: the pool's reset results for these tasks if the caller already reset
+                it (e.g. with ``reset_async`` overlapped with the previous update); else the pool
+                is reset here.
 
         Raises:
             serl.envs.base.EnvError: an env failed (e.g. a worker died); nothing is returned.
         """
         env_tasks = [t for t in tasks for _ in range(group_size)]
         groups = [Group(uid=uuid.uuid4().hex, task=t) for t in tasks]
-        results = self.pool.reset(env_tasks)
+        results = reset_results if reset_results is not None else self.pool.reset(env_tasks)
         states: list[_EnvState] = []
         for i, (task, res) in enumerate(zip(env_tasks, results)):
             g = groups[i // group_size]
