@@ -1,0 +1,22 @@
+"""WebShop (Yao et al., 2022) in serl's own Python: no Java, no spaCy, no Flask, offline.
+
+The 1k-product split, its 6910 synthetic goals in WebShop's seed-233 order (and its 13 human
+goals), WebShop's pages and text observations, its reward with all its quirks, and a Lucene-exact
+BM25 search, behind serl's :class:`~serl.envs.base.TextEnv` protocol. See
+``docs`` / the module docstrings; the research notes are ``shared/spec/webshop.md``.
+
+Modules (one concept each):
+
+* :mod:`.data`: where the data lives, reading ``.xz``/``.gz``, integrity checks;
+* :mod:`.catalog`: product records as WebShop's ``load_products`` makes them, hidden prices;
+* :mod:`.goals`: synthetic / human goals, the seed-233 order, splits, seeded price clauses;
+* :mod:`.analysis`: Anserini's English analyzer (UAX#29 tokens, stop words, Porter);
+* :mod:`.search`: Lucene BM25 (k1 0.9, b 0.4, quantised norms, ties by asin);
+* :mod:`.reward`: WebShop's purchase score;
+* :mod:`.pages`: the site's state machine and exact ``[SEP]`` text rendering;
+* :mod:`.env`: :class:`WebShopEnv`, registered as ``"webshop"``.
+"""
+
+from serl.envs.webshop.env import DEFAULT_MAX_STEPS, SUCCESS_REWARD, WebShopEnv, format_observation, load_world
+
+__all__ = ["WebShopEnv", "load_world", "format_observation", "DEFAULT_MAX_STEPS", "SUCCESS_REWARD"]

@@ -1,0 +1,173 @@
+"""WebShop goals: generation, the seed-233 order, splits and the seeded price clause (webshop.md §2.2).
+
+**Synthetic goals** (``human_goals=False``, what verl-agent / GiGPO train and test on): products
+are taken in file order; a product with a synthetic ``instruction`` gives one goal per
+combination of its option values (``itertools.product`` over the *sorted* option names)::
+
+    instruction_text = instruction + " with " + ", and ".join(f"{name}: {value}") + price_text
+
+``goal_options`` is the ``{name: value}`` dict, ``attributes`` the product's
+``instruction_attributes``. The 1k split gives 6910 goals over 415 products.
+
+**Human goals** (``human_goals=True``): one goal per human instruction record with non-empty
+``instruction_attributes``; ``instruction_text = instruction.strip('.') + price_text`` and
+``goal_options`` is the list of option values. Only 13 exist on the 1k split.
+
+**Order.** After generation WebShop runs ``random.seed(233); random.shuffle(goals)``; a goal's
+index in that order is its ``reset(session=idx)`` id and our ``Task.task_id``. Splits
+(WebShop / verl-agent): ``test`` = indices 0–499, ``train`` = 500 and up, ``all`` = every goal.
+The shuffle depends only on the number of goals, so the order does not depend on prices.
+
+**Price clause.** ``PRICE_RANGE = [10, 20, ..., 990]``; of the first four entries above the
+target's hidden price, two are sampled and the larger is ``price_upper``, with
+``price_text = ", and price lower than {price_upper:.2f} dollars"``; with fewer than two such
+entries (a product of $980 or more) ``price_upper = 1e6`` and no clause. WebShop samples this
+from the unseeded global ``random`` once per product at start-up, so the instruction text
+changes between runs (webshop.md §7). We draw it per goal from ``(seed, goal index)``
+(:func:`price_clause`): deterministic, identical for all members of a group, and independent
+of which worker runs the episode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+from typing import Union
+
+from serl.envs.base import EnvError
+from serl.envs.webshop.catalog import Catalog, Product, hidden_price
+
+#: WebShop's budget grid (dollars)
+PRICE_RANGE = [10.0 * i for i in range(1, 100)]
+#: ``price_upper`` when no budget applies
+NO_BUDGET = 1000000
+#: WebShop's goal-shuffle seed
+SHUFFLE_SEED = 233
+#: size of WebShop's / verl-agent's test split (the first goals of the shuffled list)
+NUM_TEST = 500
+
+SPLITS = ("train", "test", "all")
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A shopping goal before its price clause is drawn.
+
+    Attributes:
+        asin: the target product.
+        base_text: the instruction without the price clause.
+        attributes: goal attributes (matched against the purchased product).
+        goal_options: ``{name: value}`` (synthetic) or a list of values (human).
+        name, query, category, product_category: copied from the target product.
+        human: True for a human-written goal.
+    """
+
+    asin: str
+    base_text: str
+    attributes: tuple[str, ...]
+    goal_options: Union[dict, list]
+    name: str
+    query: str
+    category: str
+    product_category: str
+    human: bool = False
+
+
+@dataclass(frozen=True)
+class PricedGoal:
+    """A goal with its seeded price clause, as played in one episode."""
+
+    goal: Goal
+    index: int
+    price_upper: float
+    instruction_text: str
+
+
+def synthetic_goals(catalog: Catalog) -> list[Goal]:
+    """WebShop's synthetic goals in generation order (before the shuffle)."""
+    goals = []
+    for p in catalog.products:
+        if p.instruction is None:
+            continue
+        if not p.instruction_attributes:
+            raise EnvError(f"product {p.asin} has a synthetic instruction but no instruction_attributes")
+        names = sorted(p.options)
+        for combo in itertools.product(*(p.options[n] for n in names)):
+            opts = dict(zip(names, combo))
+            opt_text = ", and ".join(f"{k}: {v}" for k, v in opts.items())
+            goals.append(Goal(
+                asin=p.asin,
+                base_text=p.instruction + (" with " + opt_text if opt_text else ""),
+                attributes=tuple(p.instruction_attributes),
+                goal_options=opts,
+                name=p.title,
+                query=p.query,
+                category=p.category,
+                product_category=p.product_category,
+            ))
+    return goals
+
+
+def human_goals(catalog: Catalog) -> list[Goal]:
+    """WebShop's human goals in generation order (records without attributes are skipped)."""
+    goals = []
+    for p in catalog.products:
+        for rec in p.human_instructions:
+            attrs = rec.get("instruction_attributes") or []
+            if not attrs:
+                continue
+            goals.append(Goal(
+                asin=p.asin,
+                base_text=rec["instruction"].strip("."),
+                attributes=tuple(attrs),
+                goal_options=list(rec.get("instruction_options") or []),
+                name=p.title,
+                query=p.query,
+                category=p.category,
+                product_category=p.product_category,
+                human=True,
+            ))
+    return goals
+
+
+def ordered_goals(catalog: Catalog, human: bool = False) -> list[Goal]:
+    """The goals in WebShop's environment order: generated, then shuffled with seed 233."""
+    goals = human_goals(catalog) if human else synthetic_goals(catalog)
+    random.Random(SHUFFLE_SEED).shuffle(goals)
+    return goals
+
+
+def split_indices(split: str, num_goals: int) -> range:
+    """Goal indices of ``split``: ``test`` = 0–499, ``train`` = 500–end, ``all``.
+
+    Raises:
+        EnvError: unknown split name.
+    """
+    if split == "test":
+        return range(min(NUM_TEST, num_goals))
+    if split == "train":
+        return range(min(NUM_TEST, num_goals), num_goals)
+    if split == "all":
+        return range(num_goals)
+    raise EnvError(f"unknown WebShop split {split!r}; valid: {list(SPLITS)}")
+
+
+def price_clause(target: Product, seed: int, index: int) -> tuple[float, str]:
+    """``(price_upper, price_text)`` of goal ``index`` for ``seed`` (module docstring)."""
+    price = hidden_price(target, seed, index)
+    candidates = [p for p in PRICE_RANGE if p > price][:4]
+    if len(candidates) < 2:
+        return NO_BUDGET, ""
+    rng = random.Random(f"serl-webshop/price_upper/{seed}/{index}")
+    _, upper = sorted(rng.sample(candidates, 2))
+    return upper, f", and price lower than {upper:.2f} dollars"
+
+
+def priced_goal(catalog: Catalog, goals: list[Goal], index: int, seed: int) -> PricedGoal:
+    """Goal ``index`` of ``goals`` with its price clause for ``seed``."""
+    if not 0 <= index < len(goals):
+        raise EnvError(f"WebShop goal index {index} out of range: there are {len(goals)} goals")
+    g = goals[index]
+    upper, text = price_clause(catalog.by_asin[g.asin], seed, index)
+    return PricedGoal(goal=g, index=index, price_upper=upper, instruction_text=g.base_text + text)
