@@ -1,0 +1,366 @@
+"""ALFWorld text environment on the real TextWorld PDDL engine (alfworld 0.4.2 wrappers).
+
+One :class:`AlfWorldEnv` plays one game at a time. It drives TextWorld 1.7.0's PDDL engine
+through alfworld's ``AlfredDemangler`` (object ids -> names such as ``apple 2``) and
+``AlfredInfos`` wrappers, exactly as ALFWorld's own ``AlfredTWEnv`` does, but reads game files
+directly, so the train split works without ``traj_data.json`` (alfworld.md §5, pitfall 2).
+
+Behaviour (environments.md §3-4, alfworld.md §3):
+
+* ``reset(task)`` loads ``task.task_id`` (a ``game.tw-pddl`` path) into one reused TextWorld env
+  (``env.load``), and returns the first observation with the ``-= Welcome to TextWorld,
+  ALFRED! =-`` banner stripped. The observation still ends with ``Your task is to: ...``.
+  A reset costs about 0.85 s: fast-downward re-translates the PDDL every time (pitfall 6).
+* ``step(action)`` sends the action string as is; an unknown or inadmissible command gets the
+  engine's ``"Nothing happens."`` and still costs a step. Reward is ``10.0`` on the winning
+  step, else ``0.0``; ``done`` is ``won or steps >= max_steps``. About 60 ms per step.
+
+Data layout: ``<data_dir>/json_2.1.1/<split>/<task-dir>/<trial>/game.tw-pddl``, ALFWorld's own.
+:func:`resolve_data_dir` picks the folder (explicit argument > ``$SERL_DATA`` > the small
+fixture shipped in ``serl/data/alfworld``).
+
+alfworld and textworld are imported lazily inside the env, so ``import serl`` stays light and
+the module can be imported without them installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from serl.envs.base import EnvError, StepResult, Task, register_env
+
+#: the banner TextWorld puts in front of the first ALFWorld observation (alfworld.md §5.11)
+BANNER = "-= Welcome to TextWorld, ALFRED! =-"
+#: the sentence that introduces the task in the first observation
+TASK_PREFIX = "Your task is to: "
+#: reward of the winning step (environments.md §4: ``10 * won``)
+WIN_REWARD = 10.0
+#: ALFWorld's own step limit (environments.md §4)
+DEFAULT_MAX_STEPS = 50
+#: the six ALFWorld task types (the task-folder prefixes)
+TASK_TYPES = (
+    "look_at_obj_in_light",
+    "pick_and_place_simple",
+    "pick_clean_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+#: folder of the game files inside a data folder (ALFWorld's layout)
+JSON_DIR = "json_2.1.1"
+GAME_FILE = "game.tw-pddl"
+
+_HOW_TO_GET_DATA = (
+    "Get the ALFWorld game files with `serl data download alfworld` (needs network), or point "
+    "`--data-dir` / `env.data_dir` or the SERL_DATA environment variable at an existing folder "
+    f"that contains `{JSON_DIR}/<split>/` (for example a copy of shared/data/alfworld)."
+)
+
+
+def fixture_data_dir() -> Path:
+    """The small ALFWorld fixture shipped inside the package (``serl/data/alfworld``):
+    2 games per task type in ``train`` and ``valid_unseen``."""
+    return Path(__file__).resolve().parent.parent / "data" / "alfworld"
+
+
+def _alfworld_root(path: Path) -> Path:
+    """Accept either an ALFWorld data folder (holding ``json_2.1.1/``) or a serl data root
+    holding ``alfworld/json_2.1.1/``; return the folder that holds ``json_2.1.1``. If neither
+    exists, ``path`` itself is returned (callers then report the missing split clearly)."""
+    if (path / JSON_DIR).is_dir():
+        return path
+    if (path / "alfworld" / JSON_DIR).is_dir():
+        return path / "alfworld"
+    return path
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """Return the ALFWorld data folder (the one that contains ``json_2.1.1/``).
+
+    Precedence: the explicit ``data_dir`` argument, then the ``SERL_DATA`` environment
+    variable, then the fixture shipped with serl (:func:`fixture_data_dir`). Both the explicit
+    folder and ``$SERL_DATA`` may be either the ALFWorld folder itself or a serl data root
+    containing ``alfworld/`` (the layout ``serl data download alfworld`` writes).
+
+    The folder is not required to exist here; :meth:`AlfWorldEnv.list_tasks` raises a clear
+    :class:`~serl.envs.base.EnvError` when the split is missing.
+    """
+    if data_dir is not None and str(data_dir) != "":
+        return _alfworld_root(Path(data_dir).expanduser().resolve())
+    env_dir = os.environ.get("SERL_DATA")
+    if env_dir:
+        return _alfworld_root(Path(env_dir).expanduser().resolve())
+    return fixture_data_dir()
+
+
+def task_type_of(gamefile: str | os.PathLike) -> str:
+    """The task type of a game path: the task-folder name up to its first ``-``
+    (``.../pick_heat_then_place_in_recep-Apple-None-Fridge-10/trial_.../game.tw-pddl`` ->
+    ``pick_heat_then_place_in_recep``). Verified equal to ``traj_data.task_type``
+    (alfworld.md §5, pitfall 2)."""
+    return Path(gamefile).parent.parent.name.split("-", 1)[0]
+
+
+def _read_game_json(path: Path) -> dict[str, Any]:
+    """Parse a ``game.tw-pddl`` file; :class:`EnvError` if it is missing or not a game."""
+    if not path.is_file():
+        raise EnvError(f"ALFWorld game file not found: {path}. {_HOW_TO_GET_DATA}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EnvError(
+            f"ALFWorld game file {path} is unreadable or not valid JSON ({type(e).__name__}: {e}). "
+            f"Re-download or re-copy it: {_HOW_TO_GET_DATA}"
+        ) from e
+    if not isinstance(data, dict):
+        raise EnvError(f"ALFWorld game file {path} is not a JSON object; re-download or re-copy it.")
+    return data
+
+
+def walkthrough(task: Task | str | os.PathLike) -> list[str]:
+    """The game's stored winning command list (the ``walkthrough`` key of ``game.tw-pddl``).
+
+    Replayed from the initial state it wins the game (alfworld.md §3, "Experts"); useful for
+    demonstrations, SFT data and tests. ``task`` is a :class:`Task` or a game path.
+
+    Raises:
+        EnvError: the file is missing, corrupt, or has no ``walkthrough`` list.
+    """
+    path = Path(task.task_id if isinstance(task, Task) else task)
+    data = _read_game_json(path)
+    wt = data.get("walkthrough")
+    if not isinstance(wt, list) or not all(isinstance(c, str) for c in wt):
+        raise EnvError(
+            f"ALFWorld game file {path} has no 'walkthrough' list of commands (it may be an older "
+            "2.1.1 game file; serl expects ALFWorld 0.4's 2.1.2 game files)."
+        )
+    return list(wt)
+
+
+def strip_banner(text: str) -> str:
+    """Remove TextWorld's ``-= Welcome to TextWorld, ALFRED! =-`` banner and the blank lines
+    after it from the start of an observation (alfworld.md §5.11)."""
+    stripped = text.lstrip()
+    if stripped.startswith(BANNER):
+        return stripped[len(BANNER):].lstrip()
+    return text.strip()
+
+
+def extract_task(observation: str) -> str:
+    """The task sentence: the text after ``"Your task is to: "`` (verl-agent's extraction,
+    environments.md §2), stripped; ``""`` if the observation has none."""
+    idx = observation.find(TASK_PREFIX)
+    if idx < 0:
+        return ""
+    return observation[idx + len(TASK_PREFIX):].strip()
+
+
+@register_env("alfworld")
+class AlfWorldEnv:
+    """One ALFWorld game at a time, on TextWorld's PDDL engine (see the module docstring).
+
+    Args:
+        max_steps: the episode step limit (environments.md §4: 50). ``done`` becomes True when
+            the number of ``step`` calls since ``reset`` reaches it.
+        data_dir: the data folder used to resolve relative game paths and to set
+            ``ALFWORLD_DATA`` (when unset) before alfworld is imported (alfworld.md pitfall 1);
+            see :func:`resolve_data_dir`.
+
+    Every constructor argument is a plain picklable value, so :class:`serl.envs.pool.EnvPool`
+    can build the env inside a worker process. The engine (about 80-140 MB RSS) is created at
+    the first ``reset`` and reused for every later game via ``env.load``.
+    """
+
+    name = "alfworld"
+
+    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None):
+        if int(max_steps) < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.max_steps = int(max_steps)
+        self.data_dir = resolve_data_dir(data_dir)
+        self._tw_env = None  # the wrapped TextWorld env, created at the first reset
+        self._gamefile: str | None = None  # game of the current episode (None: no episode)
+        self._task_text = ""
+        self._steps = 0
+        self._done = True
+
+    # -- engine --------------------------------------------------------------------------
+    def _import_engine(self):
+        """Import textworld and alfworld's wrappers, setting ``ALFWORLD_DATA`` first."""
+        # alfworld.info overwrites ALFWORLD_DATA with ~/.cache/alfworld (and creates it) if it is
+        # unset at import time (alfworld.md §5, pitfall 1). Our game paths are absolute, so the
+        # variable only has to point somewhere sensible.
+        os.environ.setdefault("ALFWORLD_DATA", str(self.data_dir))
+        try:
+            import textworld
+            from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+        except ImportError as e:
+            raise EnvError(
+                f"the ALFWorld env needs alfworld==0.4.2 (which brings textworld 1.7.0): {e}. "
+                "Install it with `pip install alfworld==0.4.2` (needs g++, cmake and make to build "
+                "fast-downward-textworld; alfworld.md §1)."
+            ) from e
+        return textworld, AlfredDemangler, AlfredInfos
+
+    def _resolve_gamefile(self, task_id: str) -> Path:
+        path = Path(task_id).expanduser()
+        if not path.is_absolute():
+            path = self.data_dir / path
+        return path
+
+    def _load(self, path: Path) -> None:
+        """Load ``path`` into the (reused) engine; :class:`EnvError` if it cannot be loaded."""
+        # Parse the JSON ourselves first: a clear error for missing / non-JSON files.
+        _read_game_json(path)
+        textworld, AlfredDemangler, AlfredInfos = self._import_engine()
+        try:
+            if self._tw_env is None:
+                infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+                self._tw_env = textworld.start(
+                    str(path), request_infos=infos, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos]
+                )
+            else:
+                self._tw_env.load(str(path))
+        except Exception as e:
+            # A half-loaded engine would silently replay the previous game on reset(): drop it,
+            # the next reset builds a fresh one.
+            self._drop_engine()
+            raise EnvError(
+                f"ALFWorld game file {path} could not be loaded by TextWorld ({type(e).__name__}: "
+                f"{str(e)[:300]}). The file is probably corrupt or not an ALFWorld 2.1.2 game; "
+                f"re-download or re-copy it. {_HOW_TO_GET_DATA}"
+            ) from e
+
+    def _drop_engine(self) -> None:
+        env, self._tw_env = self._tw_env, None
+        if env is not None:
+            env.close()
+
+    # -- TextEnv -------------------------------------------------------------------------
+    def reset(self, task: Task) -> StepResult:
+        """Start the game ``task.task_id`` (a ``game.tw-pddl`` path, absolute or relative to
+        ``data_dir``) from its initial state.
+
+        Returns a :class:`StepResult` with the banner-stripped first observation, the task
+        sentence in ``task``, the admissible commands, ``reward=0``, and
+        ``info={"gamefile": <absolute path>, "task_type": ..., "steps": 0}``.
+
+        Raises:
+            EnvError: wrong ``task.env_name``, missing or corrupt game file, or alfworld not
+                installed.
+        """
+        if task.env_name != self.name:
+            raise EnvError(f"AlfWorldEnv got a task for env {task.env_name!r} ({task.task_id}); expected 'alfworld'.")
+        self._gamefile = None
+        self._done = True
+        path = self._resolve_gamefile(task.task_id)
+        self._load(path)
+        try:
+            state = self._tw_env.reset()
+        except Exception as e:
+            self._drop_engine()
+            raise EnvError(
+                f"TextWorld failed to reset ALFWorld game {path} ({type(e).__name__}: {str(e)[:300]}). "
+                "The game file is probably corrupt; re-download or re-copy it."
+            ) from e
+        self._gamefile = str(path)
+        self._steps = 0
+        self._done = False
+        observation = strip_banner(state.feedback or "")
+        self._task_text = extract_task(observation)
+        return StepResult(
+            observation=observation,
+            admissible_actions=list(state["admissible_commands"] or []),
+            reward=0.0,
+            done=False,
+            won=False,
+            feedback="",
+            task=self._task_text,
+            info={"gamefile": self._gamefile, "task_type": task.task_type, "steps": 0},
+        )
+
+    def step(self, action: str) -> StepResult:
+        """Send ``action`` to the engine (as is; inadmissible commands give ``"Nothing
+        happens."`` and cost a step).
+
+        Returns a :class:`StepResult` whose ``observation`` and ``feedback`` are both the engine's
+        reply, ``reward`` 10.0 on the winning step else 0.0, ``won``, ``done = won or
+        steps >= max_steps``, and ``info={"gamefile", "steps"}``.
+
+        Raises:
+            EnvError: no episode is running (``reset`` not called, it failed, or the episode is
+                already done).
+            TypeError: ``action`` is not a string.
+        """
+        if self._gamefile is None or self._tw_env is None:
+            raise EnvError("AlfWorldEnv.step() called with no game loaded; call reset(task) first.")
+        if self._done:
+            raise EnvError(
+                f"AlfWorldEnv.step() called after the episode of {self._gamefile} ended "
+                f"(step {self._steps}/{self.max_steps}); call reset(task) to start a new one."
+            )
+        if not isinstance(action, str):
+            raise TypeError(f"action must be a str, got {type(action).__name__}")
+        state, _score, engine_done = self._tw_env.step(action)
+        self._steps += 1
+        won = bool(state["won"])
+        done = won or bool(engine_done) or self._steps >= self.max_steps
+        self._done = done
+        feedback = (state.feedback or "").strip()
+        return StepResult(
+            observation=feedback,
+            admissible_actions=list(state["admissible_commands"] or []),
+            reward=WIN_REWARD if won else 0.0,
+            done=done,
+            won=won,
+            feedback=feedback,
+            task=self._task_text,
+            # extra.gamefile is only set at reset (alfworld.md pitfall 4): use our own copy.
+            info={"gamefile": self._gamefile, "steps": self._steps},
+        )
+
+    def close(self) -> None:
+        """Close the TextWorld engine (idempotent); a later ``reset`` starts a new one."""
+        self._gamefile = None
+        self._done = True
+        self._drop_engine()
+
+    # -- tasks ---------------------------------------------------------------------------
+    @classmethod
+    def list_tasks(cls, split: str, data_dir: str | os.PathLike | None = None, **kwargs: Any) -> list[Task]:
+        """All games of ``split`` (``train``, ``valid_seen``, ``valid_unseen``, ``valid_train``).
+
+        Globs ``<data_dir>/json_2.1.1/<split>/*/*/game.tw-pddl``, sorted by path (deterministic),
+        skipping games whose path below the split folder contains ``movable`` or ``Sliced`` as ALFWorld does
+        (environments.md §5). ``task_id`` is the absolute game path and ``task_type`` the
+        task-folder prefix (:func:`task_type_of`). The ``solvable`` flag is not read (it is true
+        for every game of ALFWorld 0.4's data, alfworld.md §5) so listing stays fast.
+        ``data_dir`` follows :func:`resolve_data_dir`. Extra keyword arguments are accepted
+        for interface compatibility and ignored.
+
+        Raises:
+            EnvError: the split folder does not exist or holds no games; the message names the
+                folder that was searched and how to get the data.
+        """
+        root = resolve_data_dir(data_dir)
+        folder = root / JSON_DIR / split
+        if not folder.is_dir():
+            source = "the data_dir argument" if data_dir else ("$SERL_DATA" if os.environ.get("SERL_DATA") else "serl's bundled fixture")
+            raise EnvError(
+                f"ALFWorld split {split!r} not found: looked in {folder} (data folder from {source}). "
+                f"{_HOW_TO_GET_DATA}"
+            )
+        # Like ALFWorld, skip movable / Sliced trials; look only below the split folder so a
+        # data path that happens to contain those words does not hide every game.
+        games = [
+            p
+            for p in sorted(folder.glob(f"*/*/{GAME_FILE}"))
+            if not any(w in str(p.relative_to(folder)) for w in ("movable", "Sliced"))
+        ]
+        if not games:
+            raise EnvError(f"ALFWorld split folder {folder} holds no */*/{GAME_FILE} files. {_HOW_TO_GET_DATA}")
+        return [Task(env_name="alfworld", task_id=str(p), task_type=task_type_of(p)) for p in games]

@@ -1,0 +1,583 @@
+"""EnvPool: step many text environments in parallel worker processes.
+
+``EnvPool(env_name, num_envs, num_workers, env_kwargs)`` owns ``num_envs`` environments; env
+``i`` lives in worker ``i % num_workers`` (DESIGN.md "Shape"; the local counterpart of
+verl-agent's one-Ray-actor-per-env layer, environments.md §1). Every call addresses all envs at
+once, one LLM turn for all of them:
+
+* ``reset(tasks)`` / ``step(actions)``: blocking; a ``None`` task or action leaves that env
+  alone (idle or already done) and yields ``None`` in its slot.
+* ``reset_async`` + ``reset_wait`` / ``step_async`` + ``step_wait``: send the work, do something
+  else (e.g. generate the next responses of envs that are not being stepped), then collect.
+* ``num_workers=0``: serial, in-process mode with the same API (tests, benchmarks, debugging).
+
+**Process model (decision).** Workers are fresh Python interpreters started with
+:mod:`subprocess` (``python -c "from serl.envs.pool import _worker_main; ..."``) and talk to the
+parent over a :func:`multiprocessing.Pipe` whose child end is inherited as a file descriptor.
+We do not ``fork``: the trainer process has torch (and its OpenMP / thread pools) loaded, and
+forking a multi-threaded process is unsafe. We do not use multiprocessing's ``spawn`` /
+``forkserver`` either: both re-import the parent's ``__main__`` module in every child, which
+imports torch whenever the launching script does. A worker therefore only imports
+``serl.envs.base``, this module and the env module itself; it never imports torch. Workers get
+``OMP_NUM_THREADS=1`` (and MKL / OpenBLAS = 1, ``OMP_WAIT_POLICY=PASSIVE``) and ignore SIGINT
+(the parent closes them). POSIX only.
+
+**Failures never hang the caller.** The parent waits on the pipes with
+:func:`multiprocessing.connection.wait` in short slices while checking that each worker is
+alive. A worker that dies (segfault, SIGKILL, out-of-memory kill), stops answering for
+``timeout`` seconds, or raises inside an env call is reported as :class:`EnvWorkerError`
+naming the env index, its task id (the ALFWorld game path) and the exit code or the remote
+traceback. A dead or hung worker marks the pool *broken*: every later call raises at once, and
+``close()`` still works (it kills what is left). An exception raised by an env inside a live
+worker does not break the pool: the worker finishes the other envs of the call first, so the
+pool stays in sync and can be used again.
+
+Worker recycling is not implemented; a long-lived ALFWorld worker grows about 1 MB per game
+loaded (alfworld.md §4). Close and re-create the pool to recycle.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from serl.envs.base import EnvError, StepResult, Task, get_env_class
+
+#: how long one ``wait`` slice lasts while the parent also checks that workers are alive (s)
+_POLL_SLICE_S = 0.2
+#: how long ``close()`` lets a worker exit on its own before it is terminated (s)
+_CLOSE_GRACE_S = 3.0
+
+
+class EnvWorkerError(EnvError):
+    """An env worker failed: it died, hung, or an env call raised inside it.
+
+    Attributes:
+        env_index: index of the env being served when the failure happened (``None`` if the
+            worker failed before serving any env, e.g. at start-up).
+        task_id: that env's current task id (the ALFWorld ``game.tw-pddl`` path), if known.
+        worker: index of the worker process (``None`` in serial mode).
+        exitcode: the worker's exit code when it died (negative: killed by that signal).
+        remote_traceback: the formatted traceback from inside the worker, for env exceptions.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        env_index: int | None = None,
+        task_id: str | None = None,
+        worker: int | None = None,
+        exitcode: int | None = None,
+        remote_traceback: str | None = None,
+    ):
+        super().__init__(message)
+        self.env_index = env_index
+        self.task_id = task_id
+        self.worker = worker
+        self.exitcode = exitcode
+        self.remote_traceback = remote_traceback
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            return f"killed by signal {-code} (exit code {code})"
+    return f"exit code {code}"
+
+
+# ------------------------------------------------------------------------------------------
+# Worker side
+# ------------------------------------------------------------------------------------------
+
+
+def _resolve_env_class(env_ref: str | type) -> type:
+    return env_ref if isinstance(env_ref, type) else get_env_class(env_ref)
+
+
+def _serve(conn: Connection, envs: dict[int, Any]) -> None:
+    """Worker loop: answer commands until ``close`` or the parent goes away."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return  # parent closed the pipe or died
+        cmd = msg[0]
+        if cmd == "close":
+            first_error = None
+            for env in envs.values():
+                try:
+                    env.close()
+                except Exception:  # close the others, then report the first failure
+                    first_error = first_error or traceback.format_exc()
+            conn.send(("closed", first_error))
+            return
+        if cmd == "info":
+            conn.send(
+                (
+                    "info",
+                    {
+                        "pid": os.getpid(),
+                        "torch_imported": "torch" in sys.modules,
+                        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                        "env_indices": sorted(envs),
+                    },
+                )
+            )
+            continue
+        # ("reset" | "step", [(env_index, task_or_action), ...]): one reply per env, in order.
+        for i, arg in msg[1]:
+            try:
+                result = envs[i].reset(arg) if cmd == "reset" else envs[i].step(arg)
+            except Exception as e:
+                conn.send(("err", i, f"{type(e).__name__}: {e}", traceback.format_exc()))
+            else:
+                conn.send(("ok", i, result))
+
+
+def _worker_main(fd: int) -> None:
+    """Entry point of a worker process (see the module docstring). ``fd`` is the inherited
+    pipe end. Start-up failures are sent to the parent as ``("fatal", traceback)``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    conn = Connection(fd)
+    try:
+        _, sys_path, spec = conn.recv()
+        # Same import path as the parent, so env classes passed by reference resolve here.
+        for p in sys_path:
+            if p not in sys.path:
+                sys.path.append(p)
+        env_ref, env_kwargs, env_indices = pickle.loads(spec)
+        cls = _resolve_env_class(env_ref)
+        envs = {i: cls(**env_kwargs) for i in env_indices}
+    except (EOFError, OSError):
+        return
+    except Exception:
+        conn.send(("fatal", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
+    try:
+        _serve(conn, envs)
+    except (BrokenPipeError, EOFError):
+        return  # the parent is gone; nothing to report to
+
+
+# ------------------------------------------------------------------------------------------
+# Parent side
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen
+    conn: Connection
+    env_indices: list[int]
+    #: env indices of the running command, in the order the worker serves them
+    pending: list[int] = field(default_factory=list)
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    """Finalizer: make sure no worker outlives a pool that was never closed."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass  # a process that ignores SIGKILL (uninterruptible sleep): nothing more to do
+
+
+class EnvPool:
+    """``num_envs`` environments of one kind, stepped in parallel worker processes.
+
+    Args:
+        env_name: registry name (``"alfworld"``, ``"webshop"``) or an env class (it must be
+            importable by reference in a fresh interpreter, i.e. defined at module level).
+        num_envs: number of environments (>= 1).
+        num_workers: worker processes (capped at ``num_envs``); env ``i`` lives in worker
+            ``i % num_workers``. ``0`` = serial in-process mode.
+        env_kwargs: keyword arguments of the env constructor (picklable plain values).
+        timeout: seconds a worker may go without answering during a ``*_wait`` before it is
+            declared hung (:class:`EnvWorkerError`, the pool becomes broken).
+
+    Raises:
+        ValueError: bad sizes.
+        EnvWorkerError: a worker failed to start or to build its envs.
+
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        env_name: str | type,
+        num_envs: int,
+        num_workers: int,
+        env_kwargs: dict[str, Any] | None = None,
+        timeout: float = 300.0,
+    ):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0 (0 = serial in-process), got {num_workers}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        self.env_name = env_name
+        self.num_envs = int(num_envs)
+        self.num_workers = min(int(num_workers), self.num_envs)
+        self.env_kwargs = dict(env_kwargs or {})
+        self.timeout = float(timeout)
+        self._tasks: list[Task | None] = [None] * self.num_envs
+        self._pending_cmd: str | None = None
+        self._serial_results: list[Any] | None = None
+        self._broken: str | None = None
+        self._closed = False
+        self._workers: list[_Worker] = []
+        self._envs: list[Any] = []
+        self._finalizer = None
+        if self.num_workers == 0:
+            cls = _resolve_env_class(env_name)
+            self._envs = [cls(**self.env_kwargs) for _ in range(self.num_envs)]
+        else:
+            self._start_workers()
+
+    # -- start-up ------------------------------------------------------------------------
+    def _start_workers(self) -> None:
+        # The package root goes on PYTHONPATH so `serl` imports in the child even when it is
+        # not installed (run from a checkout); the parent's full sys.path follows at init.
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        child_env = dict(os.environ)
+        child_env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
+        child_env.update(
+            {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+        )
+        procs: list[subprocess.Popen] = []
+        self._finalizer = weakref.finalize(self, _kill_all, procs)
+        for w in range(self.num_workers):
+            parent_conn, child_conn = Pipe(duplex=True)
+            fd = child_conn.fileno()
+            proc = subprocess.Popen(
+                [sys.executable, "-c", f"from serl.envs.pool import _worker_main; _worker_main({fd})"],
+                pass_fds=(fd,),
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+            )
+            child_conn.close()
+            procs.append(proc)
+            indices = list(range(w, self.num_envs, self.num_workers))
+            self._workers.append(_Worker(w, proc, parent_conn, indices))
+        try:
+            for wk in self._workers:
+                spec = pickle.dumps((self.env_name, self.env_kwargs, wk.env_indices))
+                wk.conn.send(("init", list(sys.path), spec))
+            for wk in self._workers:
+                self._await_ready(wk)
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self, wk: _Worker) -> None:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if wk.conn.poll(_POLL_SLICE_S):
+                try:
+                    msg = wk.conn.recv()
+                except (EOFError, OSError):
+                    msg = None
+                if msg is not None and msg[0] == "ready":
+                    return
+                code = self._exitcode(wk)
+                detail = f"\nRemote traceback:\n{msg[1]}" if msg is not None and msg[0] == "fatal" else ""
+                raise EnvWorkerError(
+                    f"env worker {wk.index} (envs {wk.env_indices}) failed to start "
+                    f"{self.env_name!r} envs with kwargs {self.env_kwargs} ({_describe_exit(code)}).{detail}",
+                    worker=wk.index,
+                    exitcode=code,
+                    remote_traceback=msg[1] if detail else None,
+                )
+            if wk.proc.poll() is not None and not wk.conn.poll(0):
+                raise EnvWorkerError(
+                    f"env worker {wk.index} died during start-up ({_describe_exit(wk.proc.returncode)}); "
+                    "its stderr above may say why.",
+                    worker=wk.index,
+                    exitcode=wk.proc.returncode,
+                )
+            if time.monotonic() > deadline:
+                raise EnvWorkerError(
+                    f"env worker {wk.index} did not start within {self.timeout:.0f} s.", worker=wk.index
+                )
+
+    @staticmethod
+    def _exitcode(wk: _Worker, wait_s: float = 2.0) -> int | None:
+        try:
+            return wk.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    # -- public API ----------------------------------------------------------------------
+    @property
+    def worker_pids(self) -> list[int]:
+        """PIDs of the worker processes (empty in serial mode)."""
+        return [wk.proc.pid for wk in self._workers]
+
+    def reset(self, tasks: Sequence[Task | None]) -> list[StepResult | None]:
+        """Reset env ``i`` to ``tasks[i]`` for every ``i`` (``len(tasks) == num_envs``); a
+        ``None`` task leaves that env untouched and gives ``None``. Blocks until all are done.
+        Raises :class:`EnvWorkerError` (see :meth:`reset_wait`)."""
+        self.reset_async(tasks)
+        return self.reset_wait()
+
+    def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
+        """Step env ``i`` with ``actions[i]``; ``None`` = idle/done env, not stepped, ``None``
+        returned. Blocks until all are done. Raises :class:`EnvWorkerError` (see
+        :meth:`step_wait`)."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def reset_async(self, tasks: Sequence[Task | None]) -> None:
+        """Send the resets and return at once; collect them with :meth:`reset_wait`.
+
+        Raises:
+            ValueError: ``len(tasks) != num_envs``.
+            EnvError: the pool is closed or broken, or another call is still pending.
+        """
+        if len(tasks) != self.num_envs:
+            raise ValueError(f"reset needs one task (or None) per env: got {len(tasks)}, num_envs={self.num_envs}")
+        self._send("reset", list(tasks))
+        for i, t in enumerate(tasks):
+            if t is not None:
+                self._tasks[i] = t
+
+    def reset_wait(self) -> list[StepResult | None]:
+        """Results of the pending :meth:`reset_async`, indexed by env.
+
+        Raises:
+            EnvWorkerError: a worker died or hung (the pool is then broken), or an env raised
+                (e.g. a missing/corrupt game file; the pool stays usable, and the other envs
+                of the call were reset).
+        """
+        return self._wait("reset")
+
+    def step_async(self, actions: Sequence[str | None]) -> None:
+        """Send the steps and return at once; collect them with :meth:`step_wait`.
+
+        Raises:
+            ValueError: ``len(actions) != num_envs``.
+            EnvError: the pool is closed or broken, or another call is still pending.
+        """
+        if len(actions) != self.num_envs:
+            raise ValueError(f"step needs one action (or None) per env: got {len(actions)}, num_envs={self.num_envs}")
+        self._send("step", list(actions))
+
+    def step_wait(self) -> list[StepResult | None]:
+        """Results of the pending :meth:`step_async`, indexed by env (``None`` where the
+        action was ``None``). Raises :class:`EnvWorkerError` as :meth:`reset_wait` does."""
+        return self._wait("step")
+
+    def worker_info(self) -> list[dict[str, Any]]:
+        """Diagnostics from each worker: ``pid``, ``torch_imported``, ``omp_num_threads``,
+        ``env_indices``. Empty in serial mode. Raises :class:`EnvWorkerError` if a worker
+        does not answer."""
+        self._check_usable()
+        out = []
+        for wk in self._workers:
+            wk.conn.send(("info",))
+            msg = self._recv(wk, time.monotonic())
+            out.append(msg[1])
+        return out
+
+    def close(self) -> None:
+        """Stop the workers and close the envs. Idempotent; safe after any error, including a
+        broken pool (dead or hung workers are killed)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._envs:
+            errors = []
+            for i, env in enumerate(self._envs):
+                try:
+                    env.close()
+                except Exception as e:  # close every env, then re-raise the first failure
+                    errors.append((i, e))
+            self._envs = []
+            if errors:
+                i, e = errors[0]
+                raise EnvError(f"closing env {i} failed: {type(e).__name__}: {e}") from e
+            return
+        for wk in self._workers:
+            if wk.proc.poll() is None and self._broken is None:
+                try:
+                    wk.conn.send(("close",))
+                except (BrokenPipeError, OSError):
+                    pass  # already gone; it is killed below if still running
+        deadline = time.monotonic() + (_CLOSE_GRACE_S if self._broken is None else 0.0)
+        for wk in self._workers:
+            try:
+                wk.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                wk.proc.kill()
+                wk.proc.wait(timeout=5)
+            wk.conn.close()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+
+    def __enter__(self) -> "EnvPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals -----------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise EnvError("this EnvPool is closed; create a new one.")
+        if self._broken is not None:
+            raise EnvWorkerError(
+                f"this EnvPool is broken by an earlier worker failure ({self._broken}); "
+                "call close() and create a new pool."
+            )
+        if self._pending_cmd is not None:
+            raise EnvError(f"an EnvPool {self._pending_cmd} is still pending; call {self._pending_cmd}_wait() first.")
+
+    def _send(self, cmd: str, args: list[Any]) -> None:
+        self._check_usable()
+        if not self._workers:  # serial mode: run now, report in *_wait
+            results: list[Any] = [None] * self.num_envs
+            for i, arg in enumerate(args):
+                if arg is None:
+                    continue
+                try:
+                    results[i] = self._envs[i].reset(arg) if cmd == "reset" else self._envs[i].step(arg)
+                except Exception as e:
+                    results[i] = e
+            self._serial_results = results
+            self._pending_cmd = cmd
+            return
+        for wk in self._workers:
+            wk.pending = [i for i in wk.env_indices if args[i] is not None]
+            if wk.pending:
+                try:
+                    wk.conn.send((cmd, [(i, args[i]) for i in wk.pending]))
+                except (BrokenPipeError, OSError):
+                    pass  # the worker is dead; _wait reports it with its exit code
+        self._pending_cmd = cmd
+
+    def _task_id(self, i: int | None) -> str | None:
+        if i is None:
+            return None
+        t = self._tasks[i]
+        return t.task_id if t is not None else None
+
+    def _wait(self, cmd: str) -> list[StepResult | None]:
+        if self._pending_cmd != cmd:
+            raise EnvError(f"{cmd}_wait() called without a pending {cmd}_async()")
+        self._pending_cmd = None
+        results: list[StepResult | None] = [None] * self.num_envs
+        errors: list[EnvWorkerError] = []
+        if not self._workers:
+            serial, self._serial_results = self._serial_results, None
+            for i, r in enumerate(serial):
+                if isinstance(r, Exception):
+                    errors.append(
+                        EnvWorkerError(
+                            f"env {i} (task {self._task_id(i)}) raised in {cmd}: {type(r).__name__}: {r}",
+                            env_index=i,
+                            task_id=self._task_id(i),
+                            remote_traceback="".join(traceback.format_exception(r)),
+                        )
+                    )
+                    errors[-1].__cause__ = r
+                else:
+                    results[i] = r
+            if errors:
+                raise errors[0]
+            return results
+        last_progress = {wk.index: time.monotonic() for wk in self._workers}
+        while True:
+            busy = [wk for wk in self._workers if wk.pending]
+            if not busy:
+                break
+            ready = wait([wk.conn for wk in busy], timeout=_POLL_SLICE_S)
+            for wk in busy:
+                if wk.conn in ready:
+                    msg = self._recv(wk, last_progress[wk.index])
+                    last_progress[wk.index] = time.monotonic()
+                    kind, i = msg[0], msg[1]
+                    if not wk.pending or i != wk.pending[0]:
+                        self._fail(wk, f"protocol error: expected a reply for env {wk.pending[:1]}, got {msg[:2]}")
+                    wk.pending.pop(0)
+                    if kind == "ok":
+                        results[i] = msg[2]
+                    else:
+                        errors.append(
+                            EnvWorkerError(
+                                f"env {i} (task {self._task_id(i)}) raised in worker {wk.index} during {cmd}: {msg[2]}\n"
+                                f"Remote traceback:\n{msg[3]}",
+                                env_index=i,
+                                task_id=self._task_id(i),
+                                worker=wk.index,
+                                remote_traceback=msg[3],
+                            )
+                        )
+                elif wk.proc.poll() is not None and not wk.conn.poll(0):
+                    self._fail_dead(wk)
+                elif time.monotonic() - last_progress[wk.index] > self.timeout:
+                    self._fail_hung(wk)
+        if errors:
+            raise errors[0]
+        return results
+
+    def _recv(self, wk: _Worker, since: float) -> tuple:
+        """Receive one message from ``wk`` (waiting at most ``timeout`` from ``since``), or
+        raise :class:`EnvWorkerError` if it died or hung."""
+        while not wk.conn.poll(_POLL_SLICE_S):
+            if wk.proc.poll() is not None and not wk.conn.poll(0):
+                self._fail_dead(wk)
+            if time.monotonic() - since > self.timeout:
+                self._fail_hung(wk)
+        try:
+            return wk.conn.recv()
+        except (EOFError, OSError, pickle.UnpicklingError):
+            self._fail_dead(wk)
+
+    def _current_env(self, wk: _Worker) -> int | None:
+        return wk.pending[0] if wk.pending else None
+
+    def _fail(self, wk: _Worker, reason: str, exitcode: int | None = None) -> NoReturn:
+        i = self._current_env(wk)
+        task_id = self._task_id(i)
+        where = f"env {i} (task {task_id})" if i is not None else f"envs {wk.env_indices}"
+        msg = f"env worker {wk.index} (pid {wk.proc.pid}) serving {where}: {reason}"
+        self._broken = msg
+        raise EnvWorkerError(msg, env_index=i, task_id=task_id, worker=wk.index, exitcode=exitcode)
+
+    def _fail_dead(self, wk: _Worker) -> NoReturn:
+        code = self._exitcode(wk)
+        self._fail(
+            wk,
+            f"worker process died ({_describe_exit(code)}). Its stderr above may say why; "
+            "the pool must be closed and re-created.",
+            exitcode=code,
+        )
+
+    def _fail_hung(self, wk: _Worker) -> NoReturn:
+        self._fail(
+            wk,
+            f"no reply for {self.timeout:.1f} s (hung or stopped; raise env.worker_timeout if a "
+            "single env call can legitimately take that long). The pool must be closed and re-created.",
+        )
