@@ -606,3 +606,33 @@ def test_config_key_is_redacted_from_dumps(monkeypatch):
 
     assert resolve_api_key(c.judge_api_key) == "sk-secret-123"
     assert dataclasses.replace(c).judge_api_key == "<redacted>"
+
+
+# ---------------------------------------------------------------------------------------------
+# launch scripts (recipes/run_*.sh): the original's environment variables -> serl train overrides
+
+
+def _dry_run(script: str, env: dict, *args: str) -> str:
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "PYENV_ROOT", "PYENV_VERSION")}
+    out = subprocess.run(["bash", str(root / "recipes" / script), *args], env={**keep, **env, "SERL_DRY_RUN": "1"},
+                         capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout
+
+
+def test_launch_scripts_map_the_originals_variables():
+    out = _dry_run("run_alfworld.sh", {"MODEL_PATH": "/models/qwen", "SAMPLING_MODE": "anchor_future_trajectory",
+                                       "TRAJECTORY_FORMAT": "observation_action", "OUTPUT_ROOT": "/tmp/o",
+                                       "GROUP_SIZE": "4", "SAVE_FREQ": "-1", "JUDGE_API_KEY": "sk-hidden"},
+                   "vllm", "trainer.total_training_steps=3")
+    assert " train recipe=cpu rollout.engine=vllm algorithm.serl.sampling_mode=anchor_future_trajectory " \
+           "algorithm.serl.trajectory_format=observation_action model.path=/models/qwen trainer.output_dir=/tmp/o " \
+           "env.rollout.n=4 trainer.save_freq=0 trainer.total_training_steps=3" in out
+    assert "sk-hidden" not in out  # exported as SERL_JUDGE_API_KEY, never on the command line
+    web = _dry_run("run_webshop.sh", {}, "env.max_steps=3")
+    assert web.rstrip().endswith("train recipe=webshop algorithm.serl.sampling_mode=immediate_feedback "
+                                 "algorithm.serl.trajectory_format=response env.max_steps=3")

@@ -368,6 +368,8 @@ class GroupView:
                 self.rows.append(_Row(t, s, bi, self.success[t.traj_uid]))
                 bi += 1
         self._anchor_ids: Optional[list[int]] = None
+        self._members: dict[int, list[_Row]] = {}
+        self._cache: dict[tuple, Any] = {}
         self._row_pos = {id(r.step): k for k, r in enumerate(self.rows)}
 
     def success_for(self, traj: Trajectory, *, allow_self: bool = False) -> Optional[SuccessRef]:
@@ -400,7 +402,15 @@ class GroupView:
             backend = getattr(self.cfg, "anchor_similarity_backend", "rapidfuzz")
             self._anchor_ids = anchor_clusters(obs, [r.step.step_id for r in self.rows], thr, backend)
         cid = self._anchor_ids[self._row_pos[id(step)]]
-        return [r for r, c in zip(self.rows, self._anchor_ids) if c == cid]
+        if cid not in self._members:
+            self._members[cid] = [r for r, c in zip(self.rows, self._anchor_ids) if c == cid]
+        return self._members[cid]
+
+    def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """Memoise a per-group value (e.g. an anchor table shared by all rows of a cluster)."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
 
 @dataclass
@@ -527,16 +537,21 @@ def _conjunctive(*parts: tuple[str, str, str]) -> Optional[PrivilegedContext]:
 
 
 def _success_text(x: ContextInputs) -> tuple[str, Optional[SuccessRef]]:
-    ref = x.view.success_for(x.trajectory)
-    if ref is None:
-        return "", None
-    text = render_steps(
-        ref.steps,
-        x.cfg.trajectory_format,
-        remove_thinking=x.cfg.remove_thinking_from_demonstration,
-        max_steps=x.cfg.max_traj_context_steps,
-    )
-    return text, ref
+    """The rendered S of the row's trajectory (cached per trajectory) and its reference."""
+
+    def make() -> tuple[str, Optional[SuccessRef]]:
+        ref = x.view.success_for(x.trajectory)
+        if ref is None:
+            return "", None
+        text = render_steps(
+            ref.steps,
+            x.cfg.trajectory_format,
+            remove_thinking=x.cfg.remove_thinking_from_demonstration,
+            max_steps=x.cfg.max_traj_context_steps,
+        )
+        return text, ref
+
+    return x.view.cached(("success", x.trajectory.traj_uid), make)
 
 
 def _future_steps(traj: Trajectory, step: Step) -> list[Step]:
@@ -646,7 +661,7 @@ def _anchor_table(
 def _anchor_mode(spec: ModeSpec, x: ContextInputs) -> Optional[PrivilegedContext]:
     """Anchor modes (serl.md §4): the table of actions tried from the row's state + S if found."""
     members = x.view.anchor_members(x.step)
-    actions = _by_action(members)
+    actions = x.view.cached(("actions", id(members)), lambda: _by_action(members))
     info = {"anchor_group_size": len(members), "anchor_action_count": len(actions)}
     if spec.name == "anchor_immediate_feedback":
         lines = []
@@ -662,10 +677,11 @@ def _anchor_mode(spec: ModeSpec, x: ContextInputs) -> Optional[PrivilegedContext
         return PrivilegedContext([(ANCHOR_FEEDBACK_HEADER, "\n".join(lines))], {"anchor", "feedback"}, info)
     s_text, ref = _success_text(x) if spec.success else ("", None)
     with_feedback = spec.feedback or (spec.feedback_only_without_success and not s_text)
-    table, sources = _anchor_table(
-        actions, x.cfg, feedback=with_feedback, next_obs=spec.next_observation, future=spec.future
+    table, sources = x.view.cached(
+        ("table", id(members), with_feedback),
+        lambda: _anchor_table(actions, x.cfg, feedback=with_feedback, next_obs=spec.next_observation, future=spec.future),
     )
-    ctx = PrivilegedContext([(ANCHOR_HEADER, table)], sources, info)
+    ctx = PrivilegedContext([(ANCHOR_HEADER, table)], set(sources), info)
     if s_text:
         ctx.sections.append((SUCCESS_HEADER, s_text))
         ctx.sources.add("success")
