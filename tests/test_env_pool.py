@@ -175,6 +175,8 @@ def test_echo_pool_protocol_and_idle_envs():
             pool.step(["raise", "a", None, None, None])
         assert ei.value.env_index == 0 and ei.value.task_id == "t0" and "ValueError" in ei.value.remote_traceback
         assert pool.step([None, "a", None, None, None])[1].observation == "new/a/3"
+        with pytest.raises(EnvWorkerError, match=r"1 more env\(s\) failed in the same call: envs \[3\]"):
+            pool.step([None, "raise", None, "raise", None])
         with pytest.raises(ValueError, match="num_envs=5"):
             pool.step(["a"])
         pool.step_async([None] * 5)
@@ -183,6 +185,25 @@ def test_echo_pool_protocol_and_idle_envs():
         assert pool.step_wait() == [None] * 5
         with pytest.raises(EnvError, match="without a pending"):
             pool.step_wait()
+
+
+def test_interrupted_wait_breaks_the_pool(monkeypatch):
+    import serl.envs.pool as pool_mod
+
+    with EnvPool(EchoEnv, num_envs=2, num_workers=1) as pool:
+        pool.reset(_echo_tasks(2))
+
+        def interrupted(*a, **k):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(pool_mod, "wait", interrupted)
+        pool.step_async(["a", "b"])
+        with pytest.raises(KeyboardInterrupt):
+            pool.step_wait()
+        monkeypatch.undo()
+        # the unread replies would be taken as the next call's answers: refuse instead
+        with pytest.raises(EnvWorkerError, match="interrupted"):
+            pool.step(["a", "b"])
 
 
 def test_serial_mode_same_api():

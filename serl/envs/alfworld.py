@@ -350,9 +350,10 @@ class AlfWorldEnv:
         folder = root / JSON_DIR / split
         if not folder.is_dir():
             source = "the data_dir argument" if data_dir else ("$SERL_DATA" if os.environ.get("SERL_DATA") else "serl's bundled fixture")
+            also = "" if root.name == "alfworld" else f" (and {root / 'alfworld' / JSON_DIR} does not exist either)"
             raise EnvError(
-                f"ALFWorld split {split!r} not found: looked in {folder} (data folder from {source}). "
-                f"{_HOW_TO_GET_DATA}"
+                f"ALFWorld split {split!r} not found: looked in {folder}{also}; the data folder came from "
+                f"{source}. {_HOW_TO_GET_DATA}"
             )
         # Like ALFWorld, skip movable / Sliced trials; look only below the split folder so a
         # data path that happens to contain those words does not hide every game.

@@ -28,7 +28,8 @@ alive. A worker that dies (segfault, SIGKILL, out-of-memory kill), stops answeri
 ``timeout`` seconds, or raises inside an env call is reported as :class:`EnvWorkerError`
 naming the env index, its task id (the ALFWorld game path) and the exit code or the remote
 traceback. A dead or hung worker marks the pool *broken*: every later call raises at once, and
-``close()`` still works (it kills what is left). An exception raised by an env inside a live
+``close()`` still works (it kills what is left). So does a ``*_wait`` interrupted (e.g. by
+Ctrl-C) while replies are in flight, since they would otherwise be read as later answers. An exception raised by an env inside a live
 worker does not break the pool: the worker finishes the other envs of the call first, so the
 pool stays in sync and can be used again.
 
@@ -99,6 +100,15 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code} (exit code {code})"
     return f"exit code {code}"
+
+
+def _first_of(errors: list[EnvWorkerError]) -> EnvWorkerError:
+    """The first env error of a call, its message noting the other envs that failed too."""
+    first = errors[0]
+    if len(errors) > 1:
+        others = [e.env_index for e in errors[1:]]
+        first.args = (f"{first.args[0]}\n({len(others)} more env(s) failed in the same call: envs {others})",)
+    return first
 
 
 # ------------------------------------------------------------------------------------------
@@ -505,8 +515,18 @@ class EnvPool:
                 else:
                     results[i] = r
             if errors:
-                raise errors[0]
+                raise _first_of(errors)
             return results
+        try:
+            return self._collect(cmd, results, errors)
+        except BaseException as e:
+            # Interrupted (e.g. KeyboardInterrupt) with replies still in flight: they would be
+            # read as the answers of the next call, so the pool cannot be used any more.
+            if self._broken is None and any(wk.pending for wk in self._workers):
+                self._broken = f"{cmd}_wait() was interrupted by {type(e).__name__} with replies still pending"
+            raise
+
+    def _collect(self, cmd: str, results: list[StepResult | None], errors: list[EnvWorkerError]) -> list[StepResult | None]:
         last_progress = {wk.index: time.monotonic() for wk in self._workers}
         while True:
             busy = [wk for wk in self._workers if wk.pending]
@@ -539,7 +559,7 @@ class EnvPool:
                 elif time.monotonic() - last_progress[wk.index] > self.timeout:
                     self._fail_hung(wk)
         if errors:
-            raise errors[0]
+            raise _first_of(errors)
         return results
 
     def _recv(self, wk: _Worker, since: float) -> tuple:
@@ -552,8 +572,10 @@ class EnvPool:
                 self._fail_hung(wk)
         try:
             return wk.conn.recv()
-        except (EOFError, OSError, pickle.UnpicklingError):
+        except (EOFError, OSError):
             self._fail_dead(wk)
+        except Exception as e:  # a reply that cannot be unpickled here
+            self._fail(wk, f"unreadable reply ({type(e).__name__}: {e}); the pool must be closed and re-created.")
 
     def _current_env(self, wk: _Worker) -> int | None:
         return wk.pending[0] if wk.pending else None
