@@ -37,7 +37,7 @@ import torch
 from serl.algos.advantages import AdvantageInput, get_advantage_fn
 from serl.algos.losses import agg_loss, get_policy_loss_fn
 from serl.algos.serl import effective_lambda, serl_token_weights, teacher_needs_sync
-from serl.algos.serl_context import build_privileged_contexts
+from serl.algos.serl_context import SerlContextBuilder
 from serl.config import Config, config_from_yaml, to_yaml
 from serl.envs.base import Task, get_env_class
 from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pick_dtype,
@@ -48,6 +48,7 @@ from serl.rollout.engine import HFEngine, SamplingParams
 from serl.train.batch import collate, response_logprobs
 from serl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from serl.train.metrics import MetricsLogger, rollout_metrics, success_by_type
+from serl.train.teacher_log import TeacherLogWriter, teacher_log_row
 from serl.trajectory import Group, Step, Trajectory, iter_steps, write_jsonl
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
 
@@ -165,6 +166,8 @@ class Trainer:
         else:
             self.rollout_model = self.policy
         self.teacher = Teacher(self.policy, self.infer_dtype) if cfg.algorithm.serl.enable else None
+        self.context_builder = SerlContextBuilder(cfg.algorithm.serl) if self.teacher else None
+        self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.actor.lr,
                                            weight_decay=cfg.actor.weight_decay)
         self.engine = HFEngine(self.rollout_model, self.tokenizer, cfg.rollout.micro_batch_size)
@@ -192,7 +195,10 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         # the cursor *before* any prefetched draw, so a resumed run draws those tasks again
         sampler = self._sampler_state_before_pending if self._pending_tasks else self.sampler.state_dict()
-        return {"update_step": self.update_step, "sampler": sampler}
+        state = {"update_step": self.update_step, "sampler": sampler}
+        if self.context_builder is not None:
+            state["serl_context"] = self.context_builder.state_dict()
+        return state
 
     def save(self) -> Path:
         return save_checkpoint(self.run_dir, self.iteration, self.policy, self.optimizer, self.state_dict(),
@@ -206,6 +212,8 @@ class Trainer:
         self.iteration = int(state["iteration"])
         self.update_step = int(state["update_step"])
         self.sampler.load_state_dict(state["sampler"])
+        if self.context_builder is not None and "serl_context" in state:
+            self.context_builder.load_state_dict(state["serl_context"])
         self._sync_rollout_model()
         self.logger.truncate_after(self.iteration)
         log.info("resumed %s at iteration %d (update %d)", folder, self.iteration, self.update_step)
@@ -332,7 +340,7 @@ class Trainer:
             if self.teacher is not None:
                 metrics.update({"serl/teacher_inactive_after_decay": 1.0, "serl/reprompt_sample_fraction": 0.0})
             return [None] * n, [False] * n
-        contexts = build_privileged_contexts(groups, sc)
+        contexts = self.context_builder.build(groups)
         cap = sc.max_reprompt_len or self.cfg.data.max_prompt_length
         t_prompts: list[Optional[list[int]]] = []
         for s, ctx in zip(rows, contexts):
@@ -341,6 +349,11 @@ class Trainer:
                 continue
             ids, ok = teacher_prompt_ids(self.tokenizer, s.prompt, ctx.block(), cap, sc.reprompt_truncation)
             t_prompts.append(ids if ok else None)
+        if self.teacher_log.should_write(self.iteration + 1):
+            self.teacher_log.write(self.iteration + 1, [
+                teacher_log_row(g, t, s, ctx if tp is not None else None, mode=sc.sampling_mode,
+                                teacher_prompt=self.tokenizer.decode(tp) if tp is not None else None)
+                for (g, t, s), ctx, tp in zip(iter_steps(groups), contexts, t_prompts)])
         has_ctx = [p is not None for p in t_prompts]
         out: list[Optional[torch.Tensor]] = [None] * n
         todo = [i for i in range(n) if has_ctx[i]]
@@ -358,18 +371,18 @@ class Trainer:
         n_ctx = sum(has_ctx)
         resp_tokens = sum(len(s.response_ids) for s in rows)
         act_tokens = sum(sum(s.action_mask) for s in rows)
+        metrics.update(self.context_builder.metrics())
         metrics.update({
             "serl/teacher_inactive_after_decay": 0.0,
+            # after length capping: rows whose context did not fit at all train as plain GRPO
             "serl/reprompt_sample_fraction": n_ctx / max(1, n),
             "serl/action_token_fraction": act_tokens / max(1, resp_tokens),
         })
         if n_ctx:
             metrics["serl/action_parse_failure_fraction"] = sum(
                 1 for s, h in zip(rows, has_ctx) if h and not any(s.action_mask)) / n_ctx
-        for src in ("feedback", "next_observation", "future", "success", "anchor", "judge"):
-            k = sum(1 for c, h in zip(contexts, has_ctx) if h and c is not None and src in c.sources)
-            if k:
-                metrics[f"serl/{src}_reference_fraction"] = k / n
+        metrics["serl/context_dropped_by_length_fraction"] = sum(
+            1 for c, h in zip(contexts, has_ctx) if c is not None and not h) / max(1, n)
         return out, has_ctx
 
     def _autocast(self):
