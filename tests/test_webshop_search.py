@@ -1,0 +1,105 @@
+"""WebShop search: the Lucene-twin analyzer, SmallFloat norms, BM25 ranking, and parity with Anserini."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serl.envs.webshop import load_world
+from serl.envs.webshop.analysis import analyze, tokenize
+from serl.envs.webshop.data import read_jsonl
+from serl.envs.webshop.search import SearchIndex, byte4_to_int, int_to_byte4
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_tokenizer_uax29_joins_and_splits():
+    assert tokenize("material:solid 3.1 1,299.99 d.o.n clip-in") == ["material:solid", "3.1", "1,299.99", "d.o.n", "clip", "in"]
+    assert tokenize("foo_bar -- ,,, x²") == ["foo_bar", "x"]  # punctuation and ² make no token
+    # Lucene 9.5's emoji data: every Extended_Pictographic character is a token, ★ and ☞ included
+    assert tokenize("★★ ☞ ™ 😀 ❤️") == ["★", "★", "☞", "™", "😀", "❤️"]
+    assert tokenize("日本 カタカナ") == ["日", "本", "カタカナ"]
+    assert tokenize("a" * 300) == ["a" * 255, "a" * 45]
+
+
+def test_analyzer_chain():
+    # possessive removal, 33 stop words, Porter (Martin variant: 'technology' -> 'technolog', 'us' kept)
+    assert analyze("It's the Women's printing technology for the US assembly") == [
+        "women", "print", "technolog", "us", "assembl"]
+    assert analyze("the and of") == []
+    assert analyze("Running pillows, caresses & ponies") == ["run", "pillow", "caress", "poni"]
+
+
+def test_smallfloat_norms_match_lucene():
+    # lengths below 24 are exact; above, 4 significant bits (Lucene's SmallFloat.intToByte4)
+    assert [int_to_byte4(i) for i in (0, 1, 23, 24, 25)] == [0, 1, 23, 24, 25]
+    assert byte4_to_int(int_to_byte4(81)) == 80 and byte4_to_int(int_to_byte4(83)) == 80
+    assert byte4_to_int(int_to_byte4(87)) == 84 and byte4_to_int(int_to_byte4(88)) == 88
+    assert byte4_to_int(255) == 2013265944  # the largest representable length
+    for n in (0, 5, 30, 100, 1000, 10**6):
+        assert byte4_to_int(int_to_byte4(n)) <= n  # decoding rounds down
+    assert all(int_to_byte4(n) <= int_to_byte4(n + 1) for n in range(5000))  # monotone
+
+
+def test_ranking_ties_by_asin_and_bag_of_words_boost():
+    ids = ["B3", "B1", "B2", "B4"]
+    docs = ["red shirt", "red shirt", "red shirt", "blue shirt shirt"]
+    idx = SearchIndex(ids, docs, cache_dir=False)
+    assert idx.search("red") == ["B1", "B2", "B3"]  # equal scores: asin order, not index order
+    assert idx.search("red", k=2) == ["B1", "B2"]
+    assert idx.search("green") == []  # no matching term: no results
+    _, s1 = idx.search_indices("shirt")
+    _, s2 = idx.search_indices("shirt shirt")
+    assert np.allclose(s2, 2 * s1, rtol=1e-6)  # a repeated term is one clause boosted by its count
+    assert idx.search("shirt")[0] == "B4"  # higher tf wins
+
+
+def test_index_cache_roundtrip(tmp_path):
+    ids = ["A", "B"]
+    docs = ["solid wood console table", "wooden tables for the living room"]
+    built = SearchIndex(ids, docs, cache_dir=tmp_path)
+    files = list(tmp_path.glob("bm25-index-*.npz"))
+    assert len(files) == 1
+    loaded = SearchIndex(ids, docs, cache_dir=tmp_path)
+    for q in ("wood table", "living room", "console"):
+        a, sa = built.search_indices(q)
+        b, sb = loaded.search_indices(q)
+        assert a.tolist() == b.tolist() and np.array_equal(sa, sb)
+    files[0].write_bytes(b"garbage")  # a damaged cache is rebuilt, not fatal
+    assert SearchIndex(ids, docs, cache_dir=tmp_path).search("wood table") == built.search("wood table")
+
+
+def test_top10_parity_with_anserini_over_all_2539_queries():
+    """Top-10 overlap with real Anserini 0.22.1 results must be >= 0.99 (we reach 1.0)."""
+    fx = read_jsonl(FIXTURES / "webshop_search_anserini_top50.jsonl.xz")
+    assert len(fx) == 2539
+    index = load_world().index
+    overlap = same_top10 = same_top50 = 0
+    t0 = time.perf_counter()
+    for f in fx:
+        got = index.search(f["query"], 50)
+        want = f["top50"]
+        overlap += len(set(got[:10]) & set(want[:10])) / max(1, min(10, len(want)))
+        same_top10 += got[:10] == want[:10]
+        same_top50 += got == want
+    elapsed = time.perf_counter() - t0
+    n = len(fx)
+    assert overlap / n >= 0.99
+    assert same_top10 / n >= 0.99
+    assert same_top50 / n >= 0.99
+    assert elapsed < 60
+
+
+def test_scores_match_anserini_to_4_decimals():
+    """Every reported Anserini score of the first 200 queries is reproduced (to its 4 decimals, ±1e-4)."""
+    fx = read_jsonl(FIXTURES / "webshop_search_anserini_top50.jsonl.xz")[:200]
+    index = load_world().index
+    pos = {a: i for i, a in enumerate(index.doc_ids)}
+    for f in fx:
+        idx, sc = index.scores(f["query"])
+        m = dict(zip(idx.tolist(), sc.tolist()))
+        for asin, want in zip(f["top50"], f["scores"]):
+            assert m[pos[asin]] == pytest.approx(want, abs=1.1e-4), (f["query"], asin)
