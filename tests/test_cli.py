@@ -1,0 +1,36 @@
+"""The `serl` command line: config errors name the key; eval reports per-task-type success."""
+
+from __future__ import annotations
+
+import json
+
+from serl.cli import main
+
+
+def test_train_rejects_unknown_key(capsys):
+    assert main(["train", "actor.lrr=1e-5"]) == 2
+    err = capsys.readouterr().err
+    assert "actor.lrr" in err
+
+
+def test_train_rejects_bad_value(capsys):
+    assert main(["train", "algorithm.serl.mixing_lambda=1.5"]) == 2
+    assert "algorithm.serl.mixing_lambda" in capsys.readouterr().err
+
+
+def test_train_rejects_unknown_recipe(capsys):
+    assert main(["train", "recipe=nope"]) == 2
+    assert "unknown recipe" in capsys.readouterr().err
+
+
+def test_eval_reports_success_per_task_type(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "eval"
+    rc = main(["eval", f"model.path={tiny_model_dir}", "env.max_steps=2", "data.max_response_length=8",
+               "rollout.micro_batch_size=2", "--split", "valid_unseen", "--num-tasks", "2", "--greedy",
+               "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "success rate" in printed and "look_at_obj_in_light" in printed
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["num_tasks"] == 2 and 0.0 <= m["success_rate"] <= 1.0
+    assert (out / "trajectories.jsonl").read_text().count("\n") == 2
