@@ -24,10 +24,11 @@ class EchoEnv:
     name = "echo"
     max_steps = 5
 
-    def __init__(self, tag: str = "", fail_init: bool = False):
+    def __init__(self, tag: str = "", fail_init: bool = False, fail_close: bool = False):
         if fail_init:
             raise RuntimeError("EchoEnv was asked to fail")
         self.tag = tag
+        self.fail_close = fail_close
         self.task = None
         self.n = 0
 
@@ -42,7 +43,8 @@ class EchoEnv:
         return StepResult(observation=f"{self.task.task_id}/{action}/{self.n}", admissible_actions=[], done=self.n >= self.max_steps)
 
     def close(self) -> None:
-        pass
+        if self.fail_close:
+            raise OSError("EchoEnv could not close")
 
 
 def _echo_tasks(n):
@@ -234,3 +236,12 @@ def test_workers_capped_at_num_envs():
     with EnvPool(EchoEnv, num_envs=1, num_workers=4) as pool:
         assert pool.num_workers == 1 and len(pool.worker_pids) == 1
         assert pool.reset(_echo_tasks(1))[0].observation == ":t0"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_env_close_failure_is_reported_after_stopping_everything(num_workers):
+    pool = EnvPool(EchoEnv, num_envs=2, num_workers=num_workers, env_kwargs={"fail_close": True})
+    with pytest.raises(EnvError, match="EchoEnv could not close"):
+        pool.close()
+    assert all(wk.proc.poll() is not None for wk in pool._workers)
+    pool.close()  # already closed: no second error

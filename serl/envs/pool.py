@@ -429,22 +429,48 @@ class EnvPool:
                 i, e = errors[0]
                 raise EnvError(f"closing env {i} failed: {type(e).__name__}: {e}") from e
             return
+        asked = []
         for wk in self._workers:
             if wk.proc.poll() is None and self._broken is None:
                 try:
                     wk.conn.send(("close",))
+                    asked.append(wk)
                 except (BrokenPipeError, OSError):
-                    pass  # already gone; it is killed below if still running
+                    pass  # already gone; it is reaped below
         deadline = time.monotonic() + (_CLOSE_GRACE_S if self._broken is None else 0.0)
+        close_failures = [(wk.index, tb) for wk in asked if (tb := self._await_closed(wk, deadline))]
         for wk in self._workers:
             try:
                 wk.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                wk.proc.kill()
+                wk.proc.kill()  # busy (e.g. a pending reset), hung or stopped: no need to wait
                 wk.proc.wait(timeout=5)
             wk.conn.close()
         if self._finalizer is not None:
             self._finalizer.detach()
+        if close_failures:
+            w, tb = close_failures[0]
+            raise EnvError(f"closing the envs of worker {w} failed (all workers are stopped):\n{tb}")
+
+    @staticmethod
+    def _await_closed(wk: _Worker, deadline: float) -> str | None:
+        """Read ``wk``'s replies until its ``("closed", error)`` or ``deadline``; returns the
+        traceback of a failed ``env.close()`` in that worker, else None. Replies of a call
+        still in flight are discarded (the pool is closing)."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if not wk.conn.poll(min(left, _POLL_SLICE_S)):
+                if wk.proc.poll() is not None and not wk.conn.poll(0):
+                    return None
+                continue
+            try:
+                msg = wk.conn.recv()
+            except (EOFError, OSError):
+                return None
+            if msg[0] == "closed":
+                return msg[1]
 
     def __enter__(self) -> "EnvPool":
         return self
