@@ -265,6 +265,10 @@ def test_bad_options_and_missing_data(tmp_path, monkeypatch):
         WebShopEnv(human_goals="yes")
     with pytest.raises(EnvError, match="max_steps"):
         WebShopEnv(max_steps=0)
+    with pytest.raises(EnvError, match=r"unknown env.webshop option\(s\) \['use_small'\]"):
+        WebShopEnv(use_small=True)
+    with pytest.raises(EnvError, match="use_small"):
+        WebShopEnv.list_tasks("test", use_small=True)
     with pytest.raises(EnvError, match="holds no WebShop data"):
         WebShopEnv(data_dir=tmp_path)
     monkeypatch.setenv("SERL_WEBSHOP_DATA", str(tmp_path))

@@ -93,7 +93,9 @@ def format_observation(raw: str, instruction: str) -> str:
     return SEP.join(f"'{p}'" for p in parts[i + 1 :])
 
 
-def _check_options(human_goals: bool, show_attrs: bool, max_steps: int) -> None:
+def _check_options(human_goals: bool, show_attrs: bool, max_steps: int, unknown: dict[str, Any] | None = None) -> None:
+    if unknown:
+        raise EnvError(f"unknown env.webshop option(s) {sorted(unknown)}; valid: ['human_goals', 'seed', 'show_attrs']")
     if not isinstance(human_goals, bool):
         raise EnvError(f"env.webshop.human_goals must be true or false, got {human_goals!r}")
     if not isinstance(show_attrs, bool):
@@ -117,15 +119,15 @@ class WebShopEnv:
             ``env.webshop`` dict configures both the env and :meth:`list_tasks`.
 
     Raises:
-        EnvError: bad options, missing or corrupt data.
+        EnvError: bad or unknown options, missing or corrupt data.
     """
 
     name = "webshop"
     max_steps = DEFAULT_MAX_STEPS
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
-                 human_goals: bool = False, show_attrs: bool = False, seed: int = 0):
-        _check_options(human_goals, show_attrs, max_steps)
+                 human_goals: bool = False, show_attrs: bool = False, seed: int = 0, **unknown: Any):
+        _check_options(human_goals, show_attrs, max_steps, unknown)
         self.max_steps = int(max_steps)
         self.data_dir = data_dir
         self.show_attrs = show_attrs
@@ -143,7 +145,8 @@ class WebShopEnv:
     # ------------------------------------------------------------------ tasks
     @classmethod
     def list_tasks(cls, split: str, data_dir: str | os.PathLike | None = None, *, human_goals: bool = False,
-                   seed: int = 0, show_attrs: bool = False, max_steps: int = DEFAULT_MAX_STEPS) -> list[Task]:
+                   seed: int = 0, show_attrs: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
+                   **unknown: Any) -> list[Task]:
         """The tasks of ``split`` in goal order: ``test`` (goals 0–499), ``train`` (500–end) or ``all``.
 
         Args:
@@ -156,7 +159,7 @@ class WebShopEnv:
         Raises:
             EnvError: unknown split, an empty split, or bad data.
         """
-        _check_options(human_goals, show_attrs, max_steps)
+        _check_options(human_goals, show_attrs, max_steps, unknown)
         world = load_world(data_dir)
         goals = world.human_goals if human_goals else world.goals
         idx = split_indices(split, len(goals))
