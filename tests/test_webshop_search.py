@@ -22,6 +22,7 @@ def test_tokenizer_uax29_joins_and_splits():
     # Lucene 9.5's emoji data: every Extended_Pictographic character is a token, ★ and ☞ included
     assert tokenize("★★ ☞ ™ 😀 ❤️") == ["★", "★", "☞", "™", "😀", "❤️"]
     assert tokenize("日本 カタカナ") == ["日", "本", "カタカナ"]
+    assert tokenize("made in 🇺🇸") == ["made", "in", "🇺🇸"]  # a flag (regional-indicator pair) is one emoji token
     assert tokenize("a" * 300) == ["a" * 255, "a" * 45]
 
 
