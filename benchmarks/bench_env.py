@@ -10,7 +10,9 @@ The run checks that both sides end in the same observations.
     python benchmarks/bench_env.py --data-dir ../shared/data/alfworld --split valid_seen
 
 Prints a side-by-side table, the pool/serial ratio, and one JSON line (prefixed ``JSON``).
-Takes about 30-60 s on a 2-core machine.
+Takes about 1 minute on a 2-core machine. "CPU ms/step" sums the CPU time of every process
+involved (parent + workers, from /proc), so it shows the pool's overhead even when other jobs
+share the cores and make the wall-clock ratio noisy.
 """
 
 from __future__ import annotations
