@@ -97,7 +97,7 @@ class DataConfig:
 class RolloutConfig:
     """Sampling of responses."""
 
-    #: hf (transformers generate; default) | vllm (GPU)
+    #: hf (transformers generate). A vLLM engine for GPUs is planned, not implemented yet
     engine: str = "hf"
     temperature: float = 1.0
     top_p: float = 1.0
@@ -108,8 +108,6 @@ class RolloutConfig:
     val_do_sample: bool = True
     #: prompts per ``generate`` call (bounded by memory)
     micro_batch_size: int = 32
-    #: vLLM only
-    gpu_memory_utilization: float = 0.6
     #: Dr.BoT group std filter (spear.md §6.4): keep this share of groups (1.0 = off) ...
     rollout_filter_ratio: float = 1.0
     #: ... with the largest (std) or smallest (std_rev) reward std
@@ -452,7 +450,8 @@ def validate(cfg: Config) -> None:
     _check(cfg.actor.clip_ratio_c > 1.0, "actor.clip_ratio_c", "dual-clip constant must be > 1")
     _check(cfg.actor.lr > 0, "actor.lr", "must be > 0")
     _check(cfg.rollout.temperature > 0, "rollout.temperature", "must be > 0")
-    _check(cfg.rollout.engine in ("hf", "vllm"), "rollout.engine", "must be 'hf' or 'vllm'")
+    _check(cfg.rollout.engine == "hf", "rollout.engine",
+           f"unknown engine {cfg.rollout.engine!r}; only 'hf' (transformers generate) exists so far")
     _check(cfg.model.dtype in ("auto", "bfloat16", "float32"), "model.dtype", "auto|bfloat16|float32")
     _check(cfg.model.train_dtype in ("auto", "bfloat16", "float32"), "model.train_dtype", "auto|bfloat16|float32")
     _check(cfg.trainer.device in ("auto", "cpu", "cuda"), "trainer.device", "auto|cpu|cuda")

@@ -1,8 +1,8 @@
 """Rollout engines: sample responses for a batch of prompt token ids.
 
-``hf`` (default) runs transformers ``generate`` batched with left padding on the policy's own
-weights (model.md §3: on CPU, bf16 HF generate is the fastest batched path with exact
-log-probs). ``vllm`` (optional extra, GPU) lives in :mod:`serl.rollout.vllm_engine`.
+``hf`` (the only engine so far) runs transformers ``generate`` batched with left padding on the
+policy's own weights (model.md §3: on CPU, bf16 HF generate is the fastest batched path with exact
+log-probs). A vLLM engine for GPUs would implement the same :class:`RolloutEngine` protocol.
 """
 
 from __future__ import annotations
