@@ -278,3 +278,28 @@ def test_config_defaults_and_validation():
 def test_estimators_accept_namespace_config():
     ns = SimpleNamespace(compute_mean_std_cross_steps=True, norm_adv_by_std_in_grpo=False)
     assert_close(get_advantage_fn("grpo")(BASIC, ns), t([10 / 3, 10 / 3, -20 / 3, 5.0]))
+
+
+def test_identical_scores_give_exactly_zero_advantage():
+    # seven rows of one group, all scored -0.1 (every action malformed, no win). By hand: mean
+    # -0.1, std 0, so A = 0 / (0 + 1e-6) = 0 exactly. A float32 mean of seven -0.1 misses -0.1
+    # by ~1e-8, which the division by 1e-6 used to turn into A ≈ 0.0074 (0.0147 for other n).
+    n = 7
+    data = AdvantageInput(scores=torch.full((n,), -0.1), group_index=torch.zeros(n, dtype=torch.long),
+                          traj_index=torch.arange(n), step_rewards=torch.zeros(n),
+                          step_index=torch.zeros(n, dtype=torch.long), anchor_obs=["same room"] * n)
+    zero = torch.zeros(n)
+    for name, c in [("grpo", cfg()), ("grpo", cfg(compute_mean_std_cross_steps=False)), ("drgrpo", cfg()),
+                    ("rloo", cfg()), ("gigpo", cfg(gigpo={"mode": "mean_std_norm"})), ("gigpo", cfg())]:
+        adv = get_advantage_fn(name)(data, c)
+        assert torch.equal(adv, zero), (name, adv)
+        assert adv.dtype == torch.float32
+    # GiGPO's step term alone: identical step returns (all -0.1 after the penalty) in one anchor group
+    data.penalty = torch.full((n,), 0.1)
+    data.scores = torch.linspace(0.0, 1.0, n)
+    c = cfg(gigpo={"mode": "mean_std_norm"})
+    ep_only = get_advantage_fn("gigpo")(data, cfg(gigpo={"mode": "mean_std_norm", "step_advantage_w": 0.0}))
+    assert torch.equal(get_advantage_fn("gigpo")(data, c), ep_only)
+    # REINFORCE++-baseline: every x_i = 0, so the whitened advantage is 0 too
+    data.scores = torch.full((n,), -0.1)
+    assert torch.equal(get_advantage_fn("reinforce_plus_plus_baseline")(data, cfg()), zero)

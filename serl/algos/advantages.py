@@ -92,24 +92,30 @@ def group_mean_std(
             if None, every row counts (verl-agent ``compute_mean_std_cross_steps=True``).
 
     Returns:
-        ``(mean, std)``, each ``[rows]``. A group with a single value gets mean 0 and std 1
-        (verl ``compute_grpo_outcome_advantage``, gigpo_grpo.md §2).
+        ``(mean, std)``, each ``[rows]`` float32. A group with a single value gets mean 0 and
+        std 1 (verl ``compute_grpo_outcome_advantage``, gigpo_grpo.md §2).
+
+    The statistics are computed in float64 and cast back: the float32 mean of ``n`` identical
+    values can miss the value by ~1e-8, which ``/ (std + 1e-6)`` turns into an advantage of
+    ~1e-2 for a group whose rows all scored the same. In float64 the mean of identical float32
+    values is exact, so such a group gets advantage exactly 0.
     """
-    mean = torch.zeros_like(values, dtype=torch.float32)
-    std = torch.ones_like(values, dtype=torch.float32)
+    vals = values.to(torch.float64)
+    mean = torch.zeros(vals.shape[0], dtype=torch.float64)
+    std = torch.ones(vals.shape[0], dtype=torch.float64)
     for g in torch.unique(group_index):
         rows = (group_index == g).nonzero(as_tuple=True)[0]
         if unit_index is None:
-            pool = values[rows].float()
+            pool = vals[rows]
         else:
             seen: dict[int, float] = {}
             for r in rows.tolist():
-                seen.setdefault(int(unit_index[r]), float(values[r]))
-            pool = torch.tensor(list(seen.values()), dtype=torch.float32)
+                seen.setdefault(int(unit_index[r]), float(vals[r]))
+            pool = torch.tensor(list(seen.values()), dtype=torch.float64)
         if pool.numel() > 1:
             mean[rows] = pool.mean()
             std[rows] = pool.std(unbiased=True)
-    return mean, std
+    return mean.to(torch.float32), std.to(torch.float32)
 
 
 @register_advantage("grpo")
@@ -147,13 +153,14 @@ def _pooled_values(
 
     The pool is every row's value (``unit_index`` None: verl-agent's cross-step statistics) or
     the first row's value of each distinct unit (trajectory), exactly as
-    :func:`group_mean_std`. Returns ``(rows_by_group, pool_by_group)``, keyed by group id.
+    :func:`group_mean_std`. Returns ``(rows_by_group, pool_by_group)``, keyed by group id; the
+    pools are float64 (see :func:`group_mean_std` for why).
     """
     rows_by_group: dict[int, list[int]] = {}
     for r, g in enumerate(group_index.tolist()):
         rows_by_group.setdefault(int(g), []).append(r)
     pools: dict[int, torch.Tensor] = {}
-    vals = values.float()
+    vals = values.to(torch.float64)
     for g, rows in rows_by_group.items():
         if unit_index is None:
             pools[g] = vals[rows]
@@ -161,7 +168,7 @@ def _pooled_values(
             seen: dict[int, float] = {}
             for r in rows:
                 seen.setdefault(int(unit_index[r]), float(vals[r]))
-            pools[g] = torch.tensor(list(seen.values()), dtype=torch.float32)
+            pools[g] = torch.tensor(list(seen.values()), dtype=torch.float64)
     return rows_by_group, pools
 
 
@@ -238,12 +245,12 @@ def rloo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
     _check_rows(data)
     unit = None if cfg.compute_mean_std_cross_steps else data.traj_index
     rows_by_group, pools = _pooled_values(data.scores, data.group_index, unit)
-    adv = data.scores.float().clone()
+    adv = data.scores.to(torch.float64)
     for g, rows in rows_by_group.items():
         n = pools[g].numel()
         if n > 1:
             adv[rows] = (adv[rows] - pools[g].mean()) * (n / (n - 1))
-    return adv
+    return adv.to(torch.float32)
 
 
 @register_advantage("reinforce_plus_plus_baseline")
@@ -264,19 +271,20 @@ def reinforce_plus_plus_baseline_advantage(data: AdvantageInput, cfg) -> torch.T
     _check_rows(data)
     unit = None if cfg.compute_mean_std_cross_steps else data.traj_index
     mean, _ = group_mean_std(data.scores.float(), data.group_index, unit)
-    x = data.scores.float() - mean
+    # the whitening statistics in float64 too (see group_mean_std)
+    x = data.scores.to(torch.float64) - mean.to(torch.float64)
     if data.response_length is None:
         w = torch.ones_like(x)
     else:
-        w = data.response_length.to(torch.float32)
+        w = data.response_length.to(torch.float64)
     total = float(w.sum())
     if total <= 0:
-        return torch.zeros_like(x)
+        return torch.zeros_like(x, dtype=torch.float32)
     mu = (w * x).sum() / total
     if total <= 1:
-        return x - mu
+        return (x - mu).to(torch.float32)
     var = (w * (x - mu) ** 2).sum() / total * (total / (total - 1.0))
-    return (x - mu) * torch.rsqrt(var + 1e-8)
+    return ((x - mu) * torch.rsqrt(var + 1e-8)).to(torch.float32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -449,18 +457,20 @@ def anchor_groups(
 
 def _cluster_mean_std(values: torch.Tensor, cluster: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row mean and unbiased std over the row's cluster; a single-row cluster has mean =
-    its own value and std 1 (GiGPO ``step_norm_reward``: its step advantage is 0)."""
-    mean = values.clone().float()
+    its own value and std 1 (GiGPO ``step_norm_reward``: its step advantage is 0). Computed in
+    float64 and cast back to float32, as :func:`group_mean_std`."""
+    vals = values.to(torch.float64)
+    mean = vals.clone()
     std = torch.ones_like(mean)
     rows_by: dict[int, list[int]] = {}
     for r, c in enumerate(cluster.tolist()):
         rows_by.setdefault(int(c), []).append(r)
     for rows in rows_by.values():
         if len(rows) > 1:
-            pool = values[rows].float()
+            pool = vals[rows]
             mean[rows] = pool.mean()
             std[rows] = pool.std(unbiased=True)
-    return mean, std
+    return mean.to(torch.float32), std.to(torch.float32)
 
 
 def gigpo_step_returns(data: AdvantageInput, gamma: float) -> torch.Tensor:
@@ -480,6 +490,31 @@ def gigpo_step_returns(data: AdvantageInput, gamma: float) -> torch.Tensor:
     if data.penalty is not None:
         ret = ret - data.penalty.to(torch.float32)
     return ret
+
+
+def gigpo_anchor_index(data: AdvantageInput, gigpo_cfg) -> torch.Tensor:
+    """The anchor-state group of every row (gigpo_grpo.md §3.3): ``data.anchor_index`` if given,
+    else :func:`anchor_groups` of ``data.anchor_obs`` inside each ``data.group_index`` — exact, or
+    with ``gigpo_cfg.enable_similarity`` by ``similarity_thresh`` / ``similarity_backend``.
+
+    The trainer calls it once and stores the result in ``data.anchor_index`` so that the step-group
+    metrics and :func:`gigpo_advantage` share one clustering.
+
+    Returns:
+        ``[rows]`` long cluster ids.
+
+    Raises:
+        ValueError: neither ``anchor_index`` nor ``anchor_obs`` is given.
+    """
+    if data.anchor_index is not None:
+        return data.anchor_index
+    if data.anchor_obs is None:
+        raise ValueError("gigpo needs AdvantageInput.anchor_index or AdvantageInput.anchor_obs")
+    thresh = gigpo_cfg.similarity_thresh if gigpo_cfg.enable_similarity else None
+    return torch.tensor(
+        anchor_groups(list(data.anchor_obs), data.group_index.tolist(), thresh, backend=gigpo_cfg.similarity_backend),
+        dtype=torch.long,
+    )
 
 
 @register_advantage("gigpo")
@@ -524,16 +559,7 @@ def gigpo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
         episode = episode / (std + 1e-6)
 
     returns = gigpo_step_returns(data, cfg.gamma)
-    if data.anchor_index is not None:
-        anchors = data.anchor_index
-    elif data.anchor_obs is not None:
-        thresh = gcfg.similarity_thresh if gcfg.enable_similarity else None
-        anchors = torch.tensor(
-            anchor_groups(list(data.anchor_obs), data.group_index.tolist(), thresh, backend=gcfg.similarity_backend),
-            dtype=torch.long,
-        )
-    else:
-        raise ValueError("gigpo needs AdvantageInput.anchor_index or AdvantageInput.anchor_obs")
+    anchors = gigpo_anchor_index(data, gcfg)
     s_mean, s_std = _cluster_mean_std(returns, anchors)
     step = returns - s_mean
     if use_std:
