@@ -1,4 +1,7 @@
-"""Step rows → padded tensors, and per-token log-probs of the sampled responses.
+"""Step rows → per-row tables and padded tensors, and per-token log-probs of the sampled responses.
+
+:class:`StepTable` holds the per-row scalars of one iteration (scores, penalties, GiGPO step
+returns, Dr.BoT row masks) and follows the rows through the std filter (:meth:`StepTable.select`).
 
 A batch row is ``[left-padded prompt | right-padded response]``; positions come from the
 cumulative attention mask (verl ``compute_position_id_with_mask``). Rows are padded per
@@ -7,10 +10,92 @@ micro-batch, not to a global length, so short steps cost little.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
 
 import torch
+
+from serl.algos.advantages import AdvantageInput
+from serl.trajectory import Step
+
+
+@dataclass
+class StepTable:
+    """The step rows of one iteration with their per-row scalars (spear.md §0, gigpo_grpo.md §1).
+
+    Every tensor has shape ``[n]`` (``n`` = ``len(rows)``), aligned with ``rows``.
+
+    Attributes:
+        rows: the :class:`Step` records.
+        index: position of each row in ``iter_steps(groups)`` order (identity before any filter).
+        uids: group id of each row (``Group.uid``); traj_uids: trajectory id (``Trajectory.traj_uid``).
+        group_index: long, integer group id; traj_index: long, integer trajectory id.
+        score_raw: float32, episode reward + SPEAR tool-call bonus (spear.md §5), reward units;
+            what the std filter ranks (spear.md §6.4).
+        penalty: float32 >= 0, invalid-action penalty of the row (gigpo_grpo.md §4).
+        invalid: bool, the row's action failed the format check.
+        bonus: float32, the tool-call bonus included in ``score_raw`` (0 when off).
+        step_rewards: float32, env reward of the row's own step.
+        step_index: long, 0-based step id inside the trajectory.
+        step_returns: float32, GiGPO's discounted return ``R_t`` (gigpo_grpo.md §3.1), computed on
+            *all* rows before any filter; raw env rewards only (no bonus, no penalty).
+        row_mask: float32 0/1; 0 = the whole response is masked by a Dr.BoT response filter
+            (spear.md §6.3): the row stays in the advantage statistics but trains nothing.
+    """
+
+    rows: list[Step]
+    index: torch.Tensor
+    uids: list[str]
+    traj_uids: list[str]
+    group_index: torch.Tensor
+    traj_index: torch.Tensor
+    score_raw: torch.Tensor
+    penalty: torch.Tensor
+    invalid: torch.Tensor
+    bonus: torch.Tensor
+    step_rewards: torch.Tensor
+    step_index: torch.Tensor
+    step_returns: torch.Tensor
+    row_mask: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """``[n]`` float32 score fed to the advantage estimator: ``score_raw − penalty``."""
+        return self.score_raw - self.penalty
+
+    def select(self, keep: Sequence[int]) -> "StepTable":
+        """The table restricted to rows ``keep`` (positions in this table), in that order."""
+        keep = [int(i) for i in keep]
+        idx = torch.tensor(keep, dtype=torch.long)
+        return replace(
+            self,
+            rows=[self.rows[i] for i in keep],
+            uids=[self.uids[i] for i in keep],
+            traj_uids=[self.traj_uids[i] for i in keep],
+            **{name: getattr(self, name)[idx] for name in (
+                "index", "group_index", "traj_index", "score_raw", "penalty", "invalid", "bonus",
+                "step_rewards", "step_index", "step_returns", "row_mask")},
+        )
+
+    def advantage_input(self) -> AdvantageInput:
+        """The estimator input of these rows (gigpo_grpo.md §2–§4): scores with the penalty
+        subtracted, the penalty again for GiGPO's ``R_t``, the precomputed step returns, the raw
+        observations as GiGPO anchors, and the unmasked response length of each row."""
+        return AdvantageInput(
+            scores=self.scores,
+            group_index=self.group_index,
+            traj_index=self.traj_index,
+            step_rewards=self.step_rewards,
+            step_index=self.step_index,
+            invalid=self.invalid,
+            step_returns=self.step_returns,
+            penalty=self.penalty,
+            anchor_obs=[s.observation for s in self.rows],
+            response_length=torch.tensor([len(s.response_ids) for s in self.rows], dtype=torch.float32) * self.row_mask,
+        )
 
 
 @dataclass

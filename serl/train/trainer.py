@@ -1,17 +1,26 @@
-"""The training loop: rollout → rewards → advantages → SERL weights → PPO update → sync → save.
+"""The training loop: rollout → rewards → filters → advantages → SERL weights → PPO update
+(+ SPEAR replay) → sync → save.
 
-One iteration (serl.md §1, Appendix A), readable top to bottom in :meth:`Trainer.train_iteration`:
+One iteration, readable top to bottom in :meth:`Trainer.train_iteration`, in the order of
+spear.md §0 (``step`` = the 1-based global step, verl's ``global_steps``):
 
 1. draw ``train_batch_size`` tasks; play ``env.rollout.n`` episodes of each (step rows);
-2. score each row: episode reward − ``invalid_action_penalty_coef`` if its action was malformed
-   (serl.md §1.2 step 7, gigpo_grpo.md §4);
-3. advantages from the registry (``algorithm.adv_estimator``), one per row;
-4. SERL, while λ_eff(u) > 0: privileged contexts per row, teacher log-probs of the student's
+2. per row: GiGPO's discounted step return from the raw env rewards, on all rows before any
+   filter (gigpo_grpo.md §3.1); the score = episode reward + SPEAR's tool-call bonus (spear.md §5);
+   the Dr.BoT response filters mask flagged rows (spear.md §6.3) and the group std filter drops
+   whole groups (spear.md §6.4);
+3. score − ``invalid_action_penalty_coef`` per malformed action (gigpo_grpo.md §4), advantages
+   from the registry (``algorithm.adv_estimator``), one per row;
+4. SPEAR: a full replay buffer becomes this step's replay batch, with recalibrated advantages
+   (spear.md §1, §2);
+5. SERL, while λ_eff(u) > 0: privileged contexts per row, teacher log-probs of the student's
    own response tokens (one no-grad pass per iteration: the teacher is frozen during the update,
-   serl.md §6), and inside the update the selective weights on action tokens;
-5. PPO-clip update over mini-batches of rows (one optimizer step each) with gradient
-   accumulation over micro-batches, entropy bonus, grad clipping;
-6. u += 1; hard-sync the teacher every ``teacher_sync_interval`` updates; metrics; checkpoint.
+   serl.md §6); with ``actor.use_kl_loss`` the frozen reference model's log-probs (gigpo_grpo.md §5);
+6. update: PPO mini-batches of rows (one optimizer step each; gradient accumulation over
+   micro-batches; SERL's weights on action tokens; entropy bonus; reference KL), then the replay
+   mini-batches with their own optimizer steps (spear.md §3);
+7. SPEAR: drop stale buffer entries, admit this step's positive-advantage rows (spear.md §1);
+8. u += 1; hard-sync the teacher every ``teacher_sync_interval`` updates; metrics; checkpoint.
 
 Departures from the original, all documented in README "Deviations": no duplicated padding
 rows (§10.7), action masks on sampled ids (§10.5), teacher-prompt truncation keeps the chat
@@ -23,7 +32,6 @@ changed yet), which saves one forward pass over those rows.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import sys
 import time
@@ -34,10 +42,13 @@ from typing import Any, Optional
 
 import torch
 
-from serl.algos.advantages import AdvantageInput, get_advantage_fn
-from serl.algos.losses import agg_loss, get_policy_loss_fn
+from serl.algos.advantages import (AdvantageInput, anchor_group_sizes, discounted_step_returns,
+                                   get_advantage_fn, gigpo_anchor_index, invalid_action_penalty)
+from serl.algos.filters import apply_response_filters, enabled_filters, group_std_filter, response_flags
+from serl.algos.losses import agg_loss, get_policy_loss_fn, kl_loss, replay_loss_config
 from serl.algos.serl import effective_lambda, serl_token_weights, teacher_needs_sync
 from serl.algos.serl_context import SerlContextBuilder
+from serl.algos.spear import ReplayBuffer, ReplayRow, replay_coef, toolcall_bonus
 from serl.config import Config, config_from_yaml, to_yaml
 from serl.envs.base import Task, get_env_class
 from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pick_dtype,
@@ -45,7 +56,7 @@ from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pi
 from serl.models.teacher import Teacher, teacher_prompt_ids
 from serl.rollout.collector import Collector
 from serl.rollout.engine import HFEngine, SamplingParams
-from serl.train.batch import collate, response_logprobs
+from serl.train.batch import StepTable, collate, response_logprobs
 from serl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from serl.train.metrics import MetricsLogger, rollout_metrics, success_by_type
 from serl.train.teacher_log import TeacherLogWriter, teacher_log_row
@@ -166,6 +177,9 @@ class Trainer:
         else:
             self.rollout_model = self.policy
         self.teacher = Teacher(self.policy, self.infer_dtype) if cfg.algorithm.serl.enable else None
+        # the KL reference: a frozen copy of the initial policy θ0 (gigpo_grpo.md §5). Built
+        # before a resume loads the checkpoint, so it is θ0 on resume too; never saved.
+        self.ref = Teacher(self.policy, self.infer_dtype) if cfg.actor.use_kl_loss else None
         self.context_builder = SerlContextBuilder(cfg.algorithm.serl) if self.teacher else None
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.actor.lr,
@@ -175,6 +189,11 @@ class Trainer:
         # ---- algorithms
         self.adv_fn = get_advantage_fn(cfg.algorithm.adv_estimator)
         self.loss_fn = get_policy_loss_fn(cfg.actor.policy_loss)
+        self.replay_loss_cfg = replay_loss_config(cfg.actor)  # the *_replay loss parameters (spear.md §4)
+        spear = cfg.algorithm.spear
+        self.replay_buffer = ReplayBuffer.from_config(cfg) if spear.enable_trajectory_replay else None
+        # draws of the std filter's power-of-two trim and of the replay batch; checkpointed
+        self.generator = torch.Generator().manual_seed(cfg.seed)
 
         # ---- data and envs
         self.sampler = TaskSampler(list_tasks(cfg, cfg.env.train_split), cfg.seed)
@@ -195,9 +214,11 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         # the cursor *before* any prefetched draw, so a resumed run draws those tasks again
         sampler = self._sampler_state_before_pending if self._pending_tasks else self.sampler.state_dict()
-        state = {"update_step": self.update_step, "sampler": sampler}
+        state = {"update_step": self.update_step, "sampler": sampler, "generator": self.generator.get_state()}
         if self.context_builder is not None:
             state["serl_context"] = self.context_builder.state_dict()
+        if self.replay_buffer is not None:
+            state["replay_buffer"] = self.replay_buffer.state_dict()
         return state
 
     def save(self) -> Path:
@@ -214,6 +235,13 @@ class Trainer:
         self.sampler.load_state_dict(state["sampler"])
         if self.context_builder is not None and "serl_context" in state:
             self.context_builder.load_state_dict(state["serl_context"])
+        if "generator" in state:
+            self.generator.set_state(state["generator"])
+        if self.replay_buffer is not None:
+            if "replay_buffer" in state:
+                self.replay_buffer.load_state_dict(state["replay_buffer"])
+            else:  # e.g. a GRPO run resumed with SPEAR switched on
+                log.warning("checkpoint %s has no replay buffer: SPEAR replay starts empty", folder)
         self._sync_rollout_model()
         self.logger.truncate_after(self.iteration)
         log.info("resumed %s at iteration %d (update %d)", folder, self.iteration, self.update_step)
@@ -243,9 +271,78 @@ class Trainer:
 
     # ------------------------------------------------------------------ one iteration
     def train_iteration(self, pbar=None) -> dict[str, float]:
-        """Run one rollout + update; returns the iteration's metrics."""
+        """Run one rollout + update (spear.md §0 order); returns the iteration's metrics."""
         c = self.cfg
+        step = self.iteration + 1  # the 1-based global step of the schedules (spear.md §3, §5)
         t0 = time.time()
+
+        # ---- 1. rollout (the next iteration's env resets start in the background)
+        groups = self._rollout(pbar)
+        t_rollout = time.time() - t0
+        metrics: dict[str, float] = rollout_metrics(groups)
+
+        # ---- 2. scores, step returns, Dr.BoT response filters, group std filter
+        table = self._filtered_rows(groups, step, metrics)
+        rows = table.rows
+
+        # ---- 3. invalid-action penalty and advantages
+        adv = self._advantages(table, metrics)  # [rows]
+
+        # ---- 4. SPEAR: a full buffer becomes this step's replay batch (and is emptied)
+        replay = self._take_replay_batch(metrics)
+
+        # ---- 5. frozen-model log-probs: SERL teacher, KL reference (one pass per iteration)
+        t1 = time.time()
+        lam = effective_lambda(self.update_step, c.algorithm.serl.mixing_lambda,
+                               c.algorithm.serl.lambda_decay_steps) if self.teacher else 0.0
+        teacher_lp, has_ctx = self._teacher_logprobs(groups, rows, lam, metrics, pbar, keep=table.index.tolist())
+        t_teacher = time.time() - t1
+        ref_lp = self._reference_logprobs(rows, pbar)
+        t_reference = time.time() - t1 - t_teacher
+
+        # ---- 6. update: on-policy mini-batches, then replay mini-batches
+        t2 = time.time()
+        if pbar is not None:
+            pbar.set_postfix_str(f"update on {len(rows)} step rows" + (f" + {len(replay)} replay rows" if replay else ""))
+        update_metrics, old_lp = self._update(rows, adv, teacher_lp, has_ctx, lam, row_mask=table.row_mask,
+                                              ref_lp=ref_lp, replay=replay, step=step)
+        metrics.update(update_metrics)
+        t_update = time.time() - t2
+
+        # ---- 7. SPEAR: drop stale entries, admit this step's positive-advantage rows
+        self._store_replay_rows(table, adv, old_lp, step, metrics)
+
+        # ---- 8. counters, rollout-copy and teacher sync
+        self._after_update(metrics)
+        n_tokens = sum(len(s.response_ids) for s in rows)
+        metrics.update({
+            "timing/rollout_s": t_rollout, "timing/teacher_s": t_teacher, "timing/update_s": t_update,
+            "timing/reference_s": t_reference,
+            "timing/iteration_s": time.time() - t0, "training/update_step": self.update_step,
+            "throughput/update_tokens_per_s": sum(len(s.prompt_ids) + len(s.response_ids) for s in rows) / max(t_update, 1e-9),
+            "throughput/response_tokens": n_tokens,
+        })
+        self._last_groups = groups
+        return metrics
+
+    def _after_update(self, metrics: dict[str, float]) -> None:
+        """u += 1; copy the policy into the rollout model; hard-sync SERL's teacher every
+        ``teacher_sync_interval`` updates (serl.md §6); iteration += 1."""
+        self.update_step += 1
+        self._sync_rollout_model()
+        if self.teacher is not None and teacher_needs_sync(self.update_step, self.cfg.algorithm.serl.teacher_sync_interval):
+            self.teacher.sync_from(self.policy)
+            metrics["serl/teacher_synced"] = 1.0
+        self.iteration += 1
+
+    def _rollout(self, pbar) -> list[Group]:
+        """Play ``env.rollout.n`` episodes of ``train_batch_size`` tasks; returns the groups.
+
+        Then, unless this is the last iteration, draws the next iteration's tasks and starts their
+        env resets in the workers, to run while this update trains (ALFWorld's reset re-translates
+        the PDDL: ~0.85 s of CPU per env, alfworld.md §4).
+        """
+        c = self.cfg
         if self.pool is None:
             self.pool = make_pool(c, self.num_envs)
         if self._pending_tasks is not None:
@@ -260,77 +357,155 @@ class Trainer:
 
         groups = self._collector(self.pool).collect(tasks, c.env.rollout.n, self._sampling(False), progress,
                                                     reset_results=reset_results)
-        t_rollout = time.time() - t0
         if self.iteration + 1 < c.trainer.total_training_steps:
-            # reset the next iteration's envs in the workers while this update runs (ALFWorld's
-            # reset re-translates the PDDL: ~0.85 s of CPU per env, alfworld.md §4)
             self._sampler_state_before_pending = self.sampler.state_dict()
             self._pending_tasks = self.sampler.draw(c.data.train_batch_size)
             self.pool.reset_async([t for t in self._pending_tasks for _ in range(c.env.rollout.n)])
-        rows = [s for _, _, s in iter_steps(groups)]
-        metrics: dict[str, float] = rollout_metrics(groups)
+        return groups
 
-        # ---- 2. scores and 3. advantages
-        adv_in = self._advantage_input(groups, rows)
-        adv = self.adv_fn(adv_in, c.algorithm)  # [rows]
-        metrics.update({"critic/score/mean": adv_in.scores.mean().item(),
-                        "critic/advantages/mean": adv.mean().item(),
-                        "critic/advantages/max": adv.max().item(), "critic/advantages/min": adv.min().item()})
+    def _step_table(self, groups: list[Group], step: int) -> StepTable:
+        """Every step row of ``groups`` (``iter_steps`` order) with its scalars, before any filter.
 
-        # ---- 4. SERL teacher log-probs (frozen teacher: one pass per iteration)
-        t1 = time.time()
-        lam = effective_lambda(self.update_step, c.algorithm.serl.mixing_lambda,
-                               c.algorithm.serl.lambda_decay_steps) if self.teacher else 0.0
-        teacher_lp, has_ctx = self._teacher_logprobs(groups, rows, lam, metrics, pbar)
-        t_teacher = time.time() - t1
-
-        # ---- 5. update
-        t2 = time.time()
-        if pbar is not None:
-            pbar.set_postfix_str(f"update on {len(rows)} step rows")
-        metrics.update(self._update(rows, adv, teacher_lp, has_ctx, lam))
-        t_update = time.time() - t2
-
-        # ---- 6. counters, sync
-        self.update_step += 1
-        self._sync_rollout_model()
-        if self.teacher is not None and teacher_needs_sync(self.update_step, c.algorithm.serl.teacher_sync_interval):
-            self.teacher.sync_from(self.policy)
-            metrics["serl/teacher_synced"] = 1.0
-        self.iteration += 1
-        n_tokens = sum(len(s.response_ids) for s in rows)
-        metrics.update({
-            "timing/rollout_s": t_rollout, "timing/teacher_s": t_teacher, "timing/update_s": t_update,
-            "timing/iteration_s": time.time() - t0, "training/update_step": self.update_step,
-            "throughput/update_tokens_per_s": sum(len(s.prompt_ids) + len(s.response_ids) for s in rows) / max(t_update, 1e-9),
-            "throughput/response_tokens": n_tokens,
-        })
-        self._last_groups = groups
-        return metrics
-
-    def _advantage_input(self, groups: list[Group], rows: list[Step]) -> AdvantageInput:
-        """Per-row scores (episode reward − invalid penalty) and group/trajectory indices."""
-        a = self.cfg.actor
-        g_idx, t_idx, scores, invalid = [], [], [], []
-        uids: dict[str, int] = {}
+        * ``score_raw`` = episode reward + ``toolcall_bonus(L, step)`` of the row's trajectory
+          (spear.md §5; 0 with ``algorithm.use_toolcall_reward=none``);
+        * ``penalty`` = ``actor.invalid_action_penalty_coef`` on a malformed action (gigpo_grpo.md §4);
+        * ``step_returns`` = GiGPO's discounted ``R_t`` with ``algorithm.gamma`` from the raw env
+          rewards — here, before the std filter can drop a trajectory's rewarded last step
+          (gigpo_grpo.md §3.1);
+        * ``row_mask`` all ones (the response filters come next).
+        """
+        a, alg = self.cfg.actor, self.cfg.algorithm
+        uids, traj_uids, g_idx, t_idx, score_raw, bonus_col, invalid = [], [], [], [], [], [], []
+        gids: dict[str, int] = {}
         tids: dict[str, int] = {}
+        bonus_of: dict[str, float] = {}
+        rows = []
         for g, t, s in iter_steps(groups):
-            g_idx.append(uids.setdefault(g.uid, len(uids)))
+            if t.traj_uid not in bonus_of:
+                bonus_of[t.traj_uid] = toolcall_bonus(t.length, step, alg.use_toolcall_reward, alg.max_toolcall_steps)
+            rows.append(s)
+            uids.append(g.uid)
+            traj_uids.append(t.traj_uid)
+            g_idx.append(gids.setdefault(g.uid, len(gids)))
             t_idx.append(tids.setdefault(t.traj_uid, len(tids)))
-            pen = a.invalid_action_penalty_coef if (a.use_invalid_action_penalty and not s.action_valid) else 0.0
-            scores.append(t.episode_reward - pen)
+            score_raw.append(t.episode_reward + bonus_of[t.traj_uid])
+            bonus_col.append(bonus_of[t.traj_uid])
             invalid.append(not s.action_valid)
-        return AdvantageInput(
-            scores=torch.tensor(scores, dtype=torch.float32),
-            group_index=torch.tensor(g_idx), traj_index=torch.tensor(t_idx),
-            step_rewards=torch.tensor([s.reward for s in rows], dtype=torch.float32),
-            step_index=torch.tensor([s.step_id for s in rows]),
-            invalid=torch.tensor(invalid),
+        n = len(rows)
+        traj_index = torch.tensor(t_idx, dtype=torch.long)
+        step_rewards = torch.tensor([s.reward for s in rows], dtype=torch.float32)
+        step_index = torch.tensor([s.step_id for s in rows], dtype=torch.long)
+        invalid_t = torch.tensor(invalid, dtype=torch.bool)
+        return StepTable(
+            rows=rows, index=torch.arange(n), uids=uids, traj_uids=traj_uids,
+            group_index=torch.tensor(g_idx, dtype=torch.long), traj_index=traj_index,
+            score_raw=torch.tensor(score_raw, dtype=torch.float32),
+            penalty=invalid_action_penalty(invalid_t, a.invalid_action_penalty_coef, a.use_invalid_action_penalty),
+            invalid=invalid_t, bonus=torch.tensor(bonus_col, dtype=torch.float32),
+            step_rewards=step_rewards, step_index=step_index,
+            step_returns=discounted_step_returns(step_rewards, traj_index, alg.gamma, step_index),
+            row_mask=torch.ones(n, dtype=torch.float32),
         )
 
+    def _advantage_input(self, groups: list[Group], rows: list[Step]) -> AdvantageInput:
+        """The estimator input of every row of ``groups``, unfiltered (``rows`` must be
+        ``iter_steps(groups)``'s rows; kept for callers such as benchmarks/bench_train.py)."""
+        table = self._step_table(groups, self.iteration + 1)
+        if len(table) != len(rows):
+            raise ValueError(f"{len(rows)} rows given but the groups hold {len(table)}")
+        return table.advantage_input()
+
+    def _filtered_rows(self, groups: list[Group], step: int, metrics: dict[str, float]) -> StepTable:
+        """The rows that train this iteration (spear.md §0 steps 4–6).
+
+        1. :meth:`_step_table` (scores with the tool-call bonus, GiGPO step returns on all rows);
+        2. Dr.BoT response filters (``algorithm.filter_*_responses``, spear.md §6.3): a flagged
+           row's ``row_mask`` becomes 0 — it stays in the batch and in the group statistics;
+        3. group std filter (``rollout.rollout_filter_ratio`` / ``_type``, spear.md §6.4) on the
+           score before the invalid-action penalty; 1.0 keeps every row. Its power-of-two trim
+           draws from ``self.generator``.
+        """
+        c = self.cfg
+        table = self._step_table(groups, step)
+        enabled = enabled_filters(c.algorithm)
+        if any(enabled.values()):
+            flags = response_flags([s.response_ids for s in table.rows], [s.response_text for s in table.rows],
+                                   c.data.max_response_length)
+            row_mask, filter_metrics = apply_response_filters(table.row_mask.unsqueeze(-1), flags, enabled)
+            table.row_mask = row_mask.squeeze(-1)
+            metrics.update(filter_metrics)
+        keep, std_metrics = group_std_filter(table.score_raw.tolist(), table.group_index.tolist(),
+                                             table.traj_index.tolist(), c.rollout.rollout_filter_ratio,
+                                             c.rollout.rollout_filter_type, generator=self.generator)
+        metrics.update(std_metrics)
+        if len(keep) == len(table):
+            return table
+        return table.select(keep.tolist())
+
+    def _advantages(self, table: StepTable, metrics: dict[str, float]) -> torch.Tensor:
+        """One advantage per row from ``algorithm.adv_estimator`` (gigpo_grpo.md §2, §3); ``[rows]``.
+
+        GiGPO's anchor groups (exact ``Step.observation`` match inside a task group, or similarity
+        with ``algorithm.gigpo.enable_similarity``) are computed here once, for the estimator and
+        for the step-group metrics of gigpo_grpo.md §3.7.
+        """
+        alg = self.cfg.algorithm
+        data = table.advantage_input()
+        if alg.adv_estimator == "gigpo":
+            data.anchor_index = gigpo_anchor_index(data, alg.gigpo)
+            sizes = anchor_group_sizes(data.anchor_index.tolist())
+            metrics.update({"gigpo/step_groups": float(len(sizes)),
+                            "gigpo/size1_group_fraction": sum(1 for k in sizes if k == 1) / len(sizes),
+                            "gigpo/mean_group_size": sum(sizes) / len(sizes)})
+        adv = self.adv_fn(data, alg)
+        metrics.update({"critic/score/mean": data.scores.mean().item(),
+                        "critic/advantages/mean": adv.mean().item(),
+                        "critic/advantages/max": adv.max().item(), "critic/advantages/min": adv.min().item()})
+        if alg.use_toolcall_reward != "none":
+            metrics["critic/toolcall_bonus/mean"] = table.bonus.mean().item()
+        return adv
+
+    def _take_replay_batch(self, metrics: dict[str, float]) -> list[ReplayRow]:
+        """SPEAR (spear.md §0 step 9, §1 "Consumption"): if the buffer is full, all of it becomes
+        this step's replay batch with recalibrated advantages, and the buffer is emptied;
+        otherwise no replay rows. The sample draws from ``self.generator``."""
+        buf = self.replay_buffer
+        if buf is None:
+            return []
+        metrics["replay/buffer_size"] = float(buf.size())
+        if not buf.is_full():
+            return []
+        replay, m = buf.consume(self.generator)
+        metrics.update(m)
+        return replay
+
+    def _store_replay_rows(self, table: StepTable, adv: torch.Tensor, old_lp: list[torch.Tensor], step: int,
+                           metrics: dict[str, float]) -> None:
+        """SPEAR (spear.md §0 step 11): ``remove_old`` then admit this step's rows with a positive
+        advantage. Each kept row is offered with its behaviour log-probs, its token advantages
+        (estimator output × response mask after the filters, before SERL's weights) and its score."""
+        if self.replay_buffer is None:
+            return
+        scores = table.scores
+        offered = []
+        for i, s in enumerate(table.rows):
+            mask = torch.full((len(s.response_ids),), float(table.row_mask[i]))
+            offered.append(ReplayRow(
+                prompt_ids=torch.tensor(s.prompt_ids, dtype=torch.long),
+                response_ids=torch.tensor(s.response_ids, dtype=torch.long),
+                response_mask=mask, old_log_probs=old_lp[i], advantages=float(adv[i]) * mask,
+                reward=float(scores[i]), uid=table.uids[i], traj_uid=table.traj_uids[i],
+                extra={"action_mask": torch.tensor(s.action_mask, dtype=torch.float32)}))
+        metrics.update(self.replay_buffer.update(offered, step))
+
     @torch.no_grad()
-    def _teacher_logprobs(self, groups, rows, lam, metrics, pbar) -> tuple[list[Optional[torch.Tensor]], list[bool]]:
+    def _teacher_logprobs(self, groups, rows, lam, metrics, pbar, keep: Optional[list[int]] = None
+                          ) -> tuple[list[Optional[torch.Tensor]], list[bool]]:
         """Teacher log-probs of each row's sampled tokens under its privileged prompt.
+
+        Contexts are built from all of ``groups`` (so the std filter does not change what a
+        kept row's hindsight shows); ``keep`` = the positions of ``rows`` in
+        ``iter_steps(groups)`` order (None = every row, unfiltered).
 
         Returns ``(teacher_lp, has_ctx)``: per row a ``[resp_len]`` tensor or None.
         """
@@ -341,6 +516,12 @@ class Trainer:
                 metrics.update({"serl/teacher_inactive_after_decay": 1.0, "serl/reprompt_sample_fraction": 0.0})
             return [None] * n, [False] * n
         contexts = self.context_builder.build(groups)
+        triples = list(iter_steps(groups))
+        if keep is not None:
+            contexts = [contexts[i] for i in keep]
+            triples = [triples[i] for i in keep]
+        if len(triples) != n:
+            raise ValueError(f"{n} rows but {len(triples)} selected rows of the groups")
         cap = sc.max_reprompt_len or self.cfg.data.max_prompt_length
         t_prompts: list[Optional[list[int]]] = []
         for s, ctx in zip(rows, contexts):
@@ -353,7 +534,7 @@ class Trainer:
             self.teacher_log.write(self.iteration + 1, [
                 teacher_log_row(g, t, s, ctx if tp is not None else None, mode=sc.sampling_mode,
                                 teacher_prompt=self.tokenizer.decode(tp) if tp is not None else None)
-                for (g, t, s), ctx, tp in zip(iter_steps(groups), contexts, t_prompts)])
+                for (g, t, s), ctx, tp in zip(triples, contexts, t_prompts)])
         has_ctx = [p is not None for p in t_prompts]
         out: list[Optional[torch.Tensor]] = [None] * n
         todo = [i for i in range(n) if has_ctx[i]]
@@ -385,19 +566,61 @@ class Trainer:
             1 for c, h in zip(contexts, has_ctx) if c is not None and not h) / max(1, n)
         return out, has_ctx
 
+    @torch.no_grad()
+    def _reference_logprobs(self, rows: list[Step], pbar=None) -> Optional[list[torch.Tensor]]:
+        """Log-probs of each row's sampled tokens under the frozen reference model (θ0), one no-grad
+        pass per iteration at the rollout temperature; per row a ``[resp_len]`` float32 tensor.
+        None unless ``actor.use_kl_loss`` (gigpo_grpo.md §5)."""
+        if self.ref is None:
+            return None
+        out: list[torch.Tensor] = []
+        mb = max(1, self.cfg.actor.ppo_micro_batch_size)
+        for k in range(0, len(rows), mb):
+            if pbar is not None:
+                pbar.set_postfix_str(f"reference scoring {k}/{len(rows)} rows")
+            part = rows[k : k + mb]
+            b = collate([s.prompt_ids for s in part], [s.response_ids for s in part],
+                        self.tokenizer.pad_token_id).to(self.device)
+            lp, _ = response_logprobs(self.ref.model, b, self.cfg.rollout.temperature)
+            out.extend(lp[j, : len(s.response_ids)].float().cpu() for j, s in enumerate(part))
+        return out
+
     def _autocast(self):
         if self.autocast_dtype is None:
             return nullcontext()
         return torch.autocast(device_type=self.device, dtype=self.autocast_dtype)
 
-    def _update(self, rows: list[Step], adv: torch.Tensor, teacher_lp, has_ctx, lam) -> dict[str, float]:
-        """PPO update over mini-batches of rows (serl.md §1.4). Returns averaged ``actor/*`` and
-        ``serl_action_mask/*`` metrics."""
+    def _minibatches(self, n: int) -> list[list[int]]:
+        """Row indices ``0..n-1`` in consecutive mini-batches of ``actor.ppo_mini_batch_size``."""
+        mini = min(self.cfg.actor.ppo_mini_batch_size, n)
+        return [list(range(s, min(s + mini, n))) for s in range(0, n, mini)] if n else []
+
+    def _update(self, rows: list[Step], adv: torch.Tensor, teacher_lp, has_ctx, lam, *,
+                row_mask: Optional[torch.Tensor] = None, ref_lp: Optional[list[torch.Tensor]] = None,
+                replay: Optional[list[ReplayRow]] = None, step: Optional[int] = None
+                ) -> tuple[dict[str, float], list[torch.Tensor]]:
+        """PPO update (serl.md §1.4), then SPEAR's replay mini-batches (spear.md §3), per epoch.
+
+        Args:
+            rows: the ``n`` step rows that train; adv: ``[n]`` advantages.
+            teacher_lp, has_ctx: SERL teacher log-probs per row (or None) and context flags.
+            lam: λ_eff of SERL's weights (0 = plain advantages).
+            row_mask: ``[n]`` 0/1, 0 = masked by a Dr.BoT filter (None = all ones).
+            ref_lp: per row the reference log-probs (``actor.use_kl_loss``), or None.
+            replay: the replay batch of this step (may be empty).
+            step: the global step of the replay coefficient γ_t (default: the next iteration).
+
+        Returns:
+            ``(metrics, old_lp)``: averaged ``actor/*``, ``serl_action_mask/*`` and ``replay/*``
+            metrics, and the behaviour log-probs of every row (``[resp_len]`` each), which SPEAR
+            stores for the replay ratio.
+        """
         a = self.cfg.actor
         sc = self.cfg.algorithm.serl
         n = len(rows)
-        mini = min(a.ppo_mini_batch_size, n)
-        minibatches = [list(range(s, min(s + mini, n))) for s in range(0, n, mini)]
+        row_mask = torch.ones(n) if row_mask is None else row_mask
+        replay = replay or []
+        minibatches = self._minibatches(n)
         pad = self.tokenizer.pad_token_id
         # behaviour log-probs: rows outside the first mini-batch are computed before any step
         old_lp: list[Optional[torch.Tensor]] = [None] * n
@@ -413,6 +636,10 @@ class Trainer:
                         lp, _ = response_logprobs(self.policy, b, self.cfg.rollout.temperature)
                     for j, i in enumerate(idx):
                         old_lp[i] = lp[j, : len(rows[i].response_ids)].float().cpu()
+        gamma_t = 0.0
+        if replay:
+            s = self.cfg.algorithm.spear
+            gamma_t = replay_coef(self.iteration + 1 if step is None else step, s.replay_loss_coef, s.max_replay_loss_steps)
         self.policy.train()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -427,19 +654,41 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 for k in range(0, len(mb), a.ppo_micro_batch_size):
                     idx = mb[k : k + a.ppo_micro_batch_size]
-                    acc(self._micro_step(rows, idx, adv, teacher_lp, has_ctx, old_lp, lam, len(mb)))
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), a.grad_clip)
-                if not torch.isfinite(grad_norm):
-                    log.warning("non-finite grad norm %s: skipping this optimizer step", grad_norm)
-                    self.optimizer.zero_grad(set_to_none=True)
-                else:
-                    self.optimizer.step()
-                acc({"actor/grad_norm": grad_norm.item(), "actor/lr": self.optimizer.param_groups[0]["lr"]})
+                    acc(self._micro_step(rows, idx, adv, teacher_lp, has_ctx, old_lp, lam, len(mb),
+                                         row_mask=row_mask, ref_lp=ref_lp))
+                acc(self._optimizer_step("actor"))
+            # SPEAR: replay mini-batches after the on-policy ones, never mixed with them
+            for mb in self._minibatches(len(replay)):
+                self.optimizer.zero_grad(set_to_none=True)
+                for k in range(0, len(mb), a.ppo_micro_batch_size):
+                    acc(self._replay_micro_step(replay, mb[k : k + a.ppo_micro_batch_size], gamma_t, len(mb)))
+                acc(self._optimizer_step("replay"))
         self.policy.eval()
-        return {k: sums[k] / counts[k] for k in sums}
+        metrics = {k: sums[k] / counts[k] for k in sums}
+        if replay:
+            metrics.update({"replay/coef": gamma_t, "replay/rows": float(len(replay))})
+        return metrics, old_lp  # type: ignore[return-value]
 
-    def _micro_step(self, rows, idx, adv, teacher_lp, has_ctx, old_lp, lam, mini_rows) -> dict[str, float]:
-        """Forward/backward of one micro-batch; fills ``old_lp`` of rows seen for the first time."""
+    def _optimizer_step(self, prefix: str) -> dict[str, float]:
+        """Clip the gradient norm to ``actor.grad_clip`` and step; a non-finite norm skips the step."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.actor.grad_clip)
+        if not torch.isfinite(grad_norm):
+            log.warning("non-finite grad norm %s: skipping this optimizer step", grad_norm)
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+        return {f"{prefix}/grad_norm": grad_norm.item(), f"{prefix}/lr": self.optimizer.param_groups[0]["lr"]}
+
+    def _micro_step(self, rows, idx, adv, teacher_lp, has_ctx, old_lp, lam, mini_rows, *,
+                    row_mask: Optional[torch.Tensor] = None, ref_lp: Optional[list[torch.Tensor]] = None
+                    ) -> dict[str, float]:
+        """Forward/backward of one on-policy micro-batch; fills ``old_lp`` of rows seen for the
+        first time.
+
+        loss = policy_loss(logπ, logπ_old, A·W, m) − entropy_coeff·agg(H, m)
+        [+ kl_loss_coef·agg(KL(π‖π_ref), m)], times ``len(idx)/mini_rows`` (gradient accumulation);
+        ``m`` = response mask × the row's Dr.BoT mask, all tensors ``[b, R]``.
+        """
         a = self.cfg.actor
         sc = self.cfg.algorithm.serl
         b = collate([rows[i].prompt_ids for i in idx], [rows[i].response_ids for i in idx],
@@ -461,6 +710,8 @@ class Trainer:
                 old_lp[i] = lp[j, : len(rows[i].response_ids)].detach().cpu()
         old = padded(old_lp)
         mask = b.response_mask
+        if row_mask is not None:
+            mask = mask * row_mask[idx].to(self.device).unsqueeze(-1)
         adv_tok = adv[idx].to(self.device).unsqueeze(-1) * mask  # [b, R]
         metrics: dict[str, float] = {}
         if self.teacher is not None:
@@ -479,12 +730,55 @@ class Trainer:
         pg_loss, pg_m = self.loss_fn(lp, old, adv_tok, mask, a)
         loss = pg_loss
         if ent is not None:
-            ent_loss = agg_loss(ent.float(), mask, a.loss_agg_mode)
+            ent_loss = agg_loss(ent.float(), mask, a.loss_agg_mode, loss_scale_factor=a.loss_scale_factor)
             loss = loss - a.entropy_coeff * ent_loss
             metrics["actor/entropy"] = ent_loss.item()
+        if ref_lp is not None:
+            kl = kl_loss(lp, padded(ref_lp), mask, a.kl_loss_type, a.loss_agg_mode, loss_scale_factor=a.loss_scale_factor)
+            loss = loss + a.kl_loss_coef * kl
+            metrics.update({"actor/kl_loss": kl.item(), "actor/kl_coef": a.kl_loss_coef})
         (loss * (len(idx) / mini_rows)).backward()
         metrics["actor/pg_loss"] = pg_loss.item()
         metrics.update({f"actor/{k}": v for k, v in pg_m.items()})
+        return metrics
+
+    def _replay_micro_step(self, replay: list[ReplayRow], idx: list[int], gamma_t: float, mini_rows: int
+                           ) -> dict[str, float]:
+        """Forward/backward of one SPEAR replay micro-batch (spear.md §3).
+
+        loss = γ_t · (policy_loss(logπ, logπ_stored, Ã, m; ``*_replay`` parameters) − entropy_coeff·agg(H, m))
+        times ``len(idx)/mini_rows``: the ratio's denominator is the stored behaviour log-probs,
+        Ã the recalibrated token advantages, ``m`` the stored (filtered) response mask. No
+        reference KL and no SERL weights on replay rows. Tensors ``[b, R]``.
+        """
+        a = self.cfg.actor
+        part = [replay[i] for i in idx]
+        b = collate([r.prompt_ids.tolist() for r in part], [r.response_ids.tolist() for r in part],
+                    self.tokenizer.pad_token_id).to(self.device)
+        R = b.responses.shape[1]
+
+        def padded(name: str) -> torch.Tensor:
+            t = torch.zeros(len(part), R)
+            for j, r in enumerate(part):
+                v = getattr(r, name)
+                t[j, : v.numel()] = v.float()
+            return t.to(self.device)
+
+        with self._autocast():
+            lp, ent = response_logprobs(self.policy, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0)
+        lp = lp.float()
+        mask = b.response_mask * padded("response_mask")
+        pg_loss, pg_m = self.loss_fn(lp, padded("old_log_probs"), padded("advantages") * mask, mask,
+                                     self.replay_loss_cfg)
+        loss = pg_loss
+        metrics: dict[str, float] = {}
+        if ent is not None:
+            ent_loss = agg_loss(ent.float(), mask, a.loss_agg_mode, loss_scale_factor=a.loss_scale_factor)
+            loss = loss - a.entropy_coeff * ent_loss
+            metrics["replay/entropy"] = ent_loss.item()
+        (loss * (len(idx) / mini_rows) * gamma_t).backward()
+        metrics["replay/pg_loss"] = pg_loss.item()
+        metrics.update({f"replay/{k}": v for k, v in pg_m.items()})
         return metrics
 
     # ------------------------------------------------------------------ loop
