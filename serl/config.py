@@ -376,21 +376,42 @@ def recipe_path(recipe: str) -> Path:
     raise ConfigError(f"unknown recipe {recipe!r}: not a YAML file and not one of {names}")
 
 
-def _load_recipe(path: Path) -> DictConfig:
-    """Load a recipe, following its optional ``defaults: [other_recipe]`` list (bases first)."""
-    raw = OmegaConf.load(path)
-    bases = raw.pop("defaults", []) if isinstance(raw, DictConfig) else []
+def _recipe_chain(names: list[str], chain: list[Path], active: tuple[Path, ...] = ()) -> list[Path]:
+    """Linearise recipes and their ``defaults:`` bases, bases first, each recipe once.
+
+    ``spear,webshop`` gives ``[cpu, spear, webshop]``: the shared ``cpu`` base is applied once, so
+    the second recipe overrides only the keys it sets itself (Hydra's defaults-list rule).
+    """
+    for name in names:
+        p = recipe_path(str(name)).resolve()
+        if p in active:
+            raise ConfigError(f"recipe defaults form a cycle: {' -> '.join(x.stem for x in active + (p,))}")
+        if p in chain:
+            continue
+        raw = OmegaConf.load(p)
+        bases = list(raw.get("defaults", []) or []) if isinstance(raw, DictConfig) else []
+        _recipe_chain(bases, chain, active + (p,))
+        chain.append(p)
+    return chain
+
+
+def _load_recipe(recipe: str) -> DictConfig:
+    """Merge a recipe, or a comma-separated composition (``spear,webshop``), with its bases."""
     merged = OmegaConf.create({})
-    for base in bases or []:
-        merged = OmegaConf.merge(merged, _load_recipe(recipe_path(str(base))))
-    return OmegaConf.merge(merged, raw)
+    for p in _recipe_chain([r.strip() for r in recipe.split(",") if r.strip()], []):
+        raw = OmegaConf.load(p)
+        if isinstance(raw, DictConfig):
+            raw.pop("defaults", None)
+        merged = OmegaConf.merge(merged, raw)
+    return merged
 
 
 def load_config(recipe: str | None = DEFAULT_RECIPE, overrides: list[str] | None = None) -> Config:
     """Build a validated :class:`Config` from a recipe and dotted overrides.
 
     Args:
-        recipe: recipe name or YAML path; None = dataclass defaults only.
+        recipe: recipe name or YAML path, or several joined by commas (``spear,webshop``: later
+            recipes override earlier ones, shared bases are applied once); None = defaults only.
         overrides: ``["actor.lr=1e-5", "env.rollout.n=4"]``.
 
     Raises:
@@ -399,7 +420,7 @@ def load_config(recipe: str | None = DEFAULT_RECIPE, overrides: list[str] | None
     schema = OmegaConf.structured(Config)
     try:
         if recipe is not None:
-            schema = OmegaConf.merge(schema, _load_recipe(recipe_path(recipe)))
+            schema = OmegaConf.merge(schema, _load_recipe(recipe))
         if overrides:
             bad = [o for o in overrides if "=" not in o]
             if bad:
