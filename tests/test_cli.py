@@ -34,3 +34,13 @@ def test_eval_reports_success_per_task_type(tiny_model_dir, tmp_path, capsys):
     m = json.loads((out / "metrics.json").read_text())
     assert m["num_tasks"] == 2 and 0.0 <= m["success_rate"] <= 1.0
     assert (out / "trajectories.jsonl").read_text().count("\n") == 2
+
+
+def test_eval_subset_round_robin_over_task_types():
+    from serl.envs.base import Task
+    from serl.train.trainer import eval_subset
+
+    tasks = [Task("alfworld", f"{ty}/{k}", ty) for ty in ("b", "a", "c") for k in range(3)]
+    sub = eval_subset(tasks, 4)
+    assert [t.task_id for t in sub] == ["a/0", "b/0", "c/0", "a/1"]
+    assert eval_subset(tasks, -1) == tasks and eval_subset(tasks, 100) == tasks

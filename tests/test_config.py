@@ -41,3 +41,4 @@ def test_recipe_cycle_is_reported(tmp_path):
 def test_errors_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config("cpu", [override])
+

@@ -835,18 +835,36 @@ class Trainer:
         self.logger.close()
 
 
+def eval_subset(tasks: list[Task], num_tasks: Optional[int]) -> list[Task]:
+    """The first ``num_tasks`` tasks in round-robin order over task types (each type's tasks in
+    listing order), so a small panel covers every type; ``None`` or ``< 0`` = all tasks, in
+    listing order. Deterministic: the same panel every call."""
+    if num_tasks is None or num_tasks < 0 or num_tasks >= len(tasks):
+        return list(tasks)
+    by_type: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_type.setdefault(t.task_type, []).append(t)
+    queues = [list(v) for _, v in sorted(by_type.items())]
+    out: list[Task] = []
+    while len(out) < num_tasks:
+        for q in queues:
+            if q and len(out) < num_tasks:
+                out.append(q.pop(0))
+    return out
+
+
 def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int = -1, greedy: bool = False,
                     seed: Optional[int] = 0, progress: bool = True) -> dict[str, Any]:
     """Success rate overall and per task type on ``split``, one episode per task (G = 1).
 
-    Tasks are played in chunks of ``rollout.micro_batch_size`` envs. Sampling is greedy or
-    seeded (``seed`` reseeds torch before each chunk), so a run is reproducible.
+    ``num_tasks >= 0`` evaluates a fixed subset taken round-robin over task types
+    (:func:`eval_subset`). Tasks are played in chunks of ``rollout.micro_batch_size`` envs.
+    Sampling is greedy or seeded (``seed`` reseeds torch before each chunk), so a run is
+    reproducible.
     """
     from tqdm.auto import tqdm
 
-    tasks = list_tasks(cfg, split)
-    if num_tasks is not None and num_tasks >= 0:
-        tasks = tasks[:num_tasks]
+    tasks = eval_subset(list_tasks(cfg, split), num_tasks)
     chunk = max(1, min(cfg.rollout.micro_batch_size, len(tasks)))
     trajs: list[Trajectory] = []
     pool = make_pool(cfg, chunk)
