@@ -829,9 +829,12 @@ class Trainer:
                                self.cfg.seed if seed is None else seed, progress)
 
     def close(self) -> None:
+        """Stop the env workers, close the judge client and the metric sinks."""
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+        if self.context_builder is not None:
+            self.context_builder.close()
         self.logger.close()
 
 
