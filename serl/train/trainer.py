@@ -883,7 +883,10 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
                 params = SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=r.val_temperature,
                                         top_p=r.top_p, top_k=r.top_k, do_sample=r.val_do_sample and not greedy,
                                         seed=None if seed is None else seed + k)
-                groups = collector.collect(padded, 1, params)
+                def step_progress(step, active, _bar=bar):
+                    _bar.set_postfix_str(f"step {step}/{cfg.env.max_steps}, {active} active")
+
+                groups = collector.collect(padded, 1, params, step_progress)
                 trajs.extend(g.trajectories[0] for g in groups[: len(part)])
                 bar.update(len(part))
     finally:
