@@ -161,14 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from serl.config import ConfigError
-    from serl.envs.base import EnvError
-    from serl.models.loading import ModelLoadError
-    from serl.train.checkpoint import CheckpointError
+    from serl.errors import SerlError
 
     try:
         return args.fn(args)
-    except (ConfigError, EnvError, ModelLoadError, CheckpointError, FileNotFoundError) as e:
+    except (SerlError, FileNotFoundError) as e:
         print(f"serl: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -13,6 +13,8 @@ raises :class:`ConfigError` naming the key; :func:`validate` checks value ranges
 
 from __future__ import annotations
 
+from serl.errors import ConfigError  # noqa: F401  (re-exported)
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -24,8 +26,6 @@ RECIPE_DIR = Path(__file__).parent / "recipes"
 DEFAULT_RECIPE = "cpu"
 
 
-class ConfigError(ValueError):
-    """A config key is unknown, has the wrong type, or an out-of-range value."""
 
 
 @dataclass

@@ -29,6 +29,8 @@ Behaviour:
 
 from __future__ import annotations
 
+from serl.errors import JudgeError  # noqa: F401  (re-exported)
+
 import concurrent.futures as cf
 import logging
 import os
@@ -60,8 +62,6 @@ FINAL_INSTRUCTION = (
 )
 
 
-class JudgeError(RuntimeError):
-    """The judge could not be reached or answered badly, and ``judge_request_strict`` is on."""
 
 
 @dataclass

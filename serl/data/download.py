@@ -25,6 +25,8 @@ archive with :func:`extract_alfworld_archive` (e.g. the shared
 
 from __future__ import annotations
 
+from serl.errors import DataDownloadError  # noqa: F401  (re-exported)
+
 import os
 import shutil
 import sys
@@ -51,9 +53,6 @@ DATASETS = ("alfworld",)
 _CHUNK = 1 << 20
 
 
-class DataDownloadError(RuntimeError):
-    """A dataset could not be downloaded or unpacked; the message says what failed and what
-    to do instead."""
 
 
 def _offline_hint(dest: Path) -> str:

@@ -11,6 +11,8 @@ An environment is built from a :class:`Task` (which game / goal to play) so that
 
 from __future__ import annotations
 
+from serl.errors import EnvError  # noqa: F401  (re-exported)
+
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -91,8 +93,6 @@ class TextEnv(Protocol):
         ...
 
 
-class EnvError(RuntimeError):
-    """An environment could not load or run a task (missing data, corrupt game file, dead worker)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -53,42 +53,13 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from serl.envs.base import EnvError, StepResult, Task, get_env_class
+from serl.envs.base import StepResult, Task, get_env_class
+from serl.errors import EnvError, EnvWorkerError  # noqa: F401  (EnvWorkerError re-exported)
 
 #: how long one ``wait`` slice lasts while the parent also checks that workers are alive (s)
 _POLL_SLICE_S = 0.2
 #: how long ``close()`` lets a worker exit on its own before it is terminated (s)
 _CLOSE_GRACE_S = 3.0
-
-
-class EnvWorkerError(EnvError):
-    """An env worker failed: it died, hung, or an env call raised inside it.
-
-    Attributes:
-        env_index: index of the env being served when the failure happened (``None`` if the
-            worker failed before serving any env, e.g. at start-up).
-        task_id: that env's current task id (the ALFWorld ``game.tw-pddl`` path), if known.
-        worker: index of the worker process (``None`` in serial mode).
-        exitcode: the worker's exit code when it died (negative: killed by that signal).
-        remote_traceback: the formatted traceback from inside the worker, for env exceptions.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        env_index: int | None = None,
-        task_id: str | None = None,
-        worker: int | None = None,
-        exitcode: int | None = None,
-        remote_traceback: str | None = None,
-    ):
-        super().__init__(message)
-        self.env_index = env_index
-        self.task_id = task_id
-        self.worker = worker
-        self.exitcode = exitcode
-        self.remote_traceback = remote_traceback
 
 
 def _describe_exit(code: int | None) -> str:

@@ -11,6 +11,8 @@ The Hugging Face Hub is never contacted unless the user sets ``HF_HUB_OFFLINE=0`
 
 from __future__ import annotations
 
+from serl.errors import ModelLoadError  # noqa: F401  (re-exported)
+
 import hashlib
 import importlib.util
 import logging
@@ -29,8 +31,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
-class ModelLoadError(RuntimeError):
-    """The model or tokenizer could not be found or loaded."""
 
 
 def cache_dir() -> Path:

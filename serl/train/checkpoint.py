@@ -9,6 +9,8 @@ previous checkpoint and pointer intact.
 
 from __future__ import annotations
 
+from serl.errors import CheckpointError  # noqa: F401  (re-exported)
+
 import os
 import random
 import shutil
@@ -23,8 +25,6 @@ from safetensors.torch import load_file, save_file
 from serl.utils import atomic_write_text
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing or unreadable."""
 
 
 def rng_state() -> dict[str, Any]:
