@@ -1,4 +1,4 @@
-"""The LLM judge against a real OpenAI-compatible HTTP server on 127.0.0.1 (serl.md §3.5).
+"""The LLM judge against a real OpenAI-compatible HTTP server on 127.0.0.1.
 
 Every test is bounded in time: short timeouts, few retries, and ``judge_batch_timeout``.
 """

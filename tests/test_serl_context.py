@@ -4,7 +4,7 @@ The fixture (``make_groups``) has three groups:
 
 g1 (task game1): A fails (3 steps), B succeeds (2 steps), C fails (3 steps, revisits the start
     room at step 1). A2 and C2 both observe "Nothing happens." (two different true states that
-    exact anchor matching merges, serl.md §10.11).
+    exact anchor matching merges, as in the original).
 g2 (task game2): D and E, both fail; D0 has no feedback.
 g3 (task game3): F succeeds alone in one step, H fails.
 
@@ -204,7 +204,7 @@ def test_teacher_message_wrapper():
 
 
 # ---------------------------------------------------------------------------------------------
-# step-level modes (serl.md §3.3)
+# step-level modes (conjunctive)
 
 
 def test_immediate_feedback():
@@ -333,7 +333,7 @@ def test_helpers():
 
 
 # ---------------------------------------------------------------------------------------------
-# anchor modes (serl.md §4)
+# anchor modes (not conjunctive)
 
 # The start-room anchor of g1 holds A0, B0, C0 and C1 (C revisits it): three distinct actions.
 ROOM_HEAD = [

@@ -1,5 +1,5 @@
-"""SERL's λ schedule, teacher sync rule, selective weights (serl.md §2.2, §6) and the teacher
-prompt truncation (§10.4), on hand-computed cases."""
+"""SERL's λ schedule, teacher sync rule, selective weights and the teacher
+prompt truncation, on hand-computed cases."""
 
 from __future__ import annotations
 

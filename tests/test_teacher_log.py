@@ -1,4 +1,4 @@
-"""The opt-in, sampled SERL teacher log (serl.md §7.1, §10.14)."""
+"""The opt-in, sampled SERL teacher log."""
 
 from __future__ import annotations
 
