@@ -166,37 +166,38 @@ class ActorConfig:
 
 @dataclass
 class SerlConfig:
-    """SERL selective hindsight distillation (serl.md §2, §3, §6, §7.1)."""
+    """SERL selective hindsight distillation (arXiv 2605.19447; the original's keys are
+    ``actor_rollout_ref.actor.serl.*`` in ``OliverLeeXZ/SERL@5a2a85b:recipe/serl/config/serl_trainer.yaml``)."""
 
     #: turn SERL off to train plain GRPO / GiGPO
     enable: bool = True
-    #: which privileged hindsight the teacher sees (serl.md §3); default immediate_feedback
+    #: which privileged hindsight the teacher sees (see docs/serl_modes.md); default immediate_feedback
     sampling_mode: str = "immediate_feedback"
-    #: response | observation_action (serl.md §5)
+    #: response | observation_action (how S, U and judged rollouts are rendered)
     trajectory_format: str = "response"
     success_reward_threshold: float = 1.0
-    #: λ0 in [0, 1] (serl.md §2.2)
+    #: λ0 in [0, 1] (the weight of the selective term)
     mixing_lambda: float = 0.5
     #: D: λ decays linearly to 0 over this many updates; 0 = constant λ0
     lambda_decay_steps: int = 50
     #: c: w is clamped to [1-c, 1+c]
     weight_clip: float = 0.2
-    #: hard-copy policy -> teacher every this many updates (serl.md §6)
+    #: hard-copy policy -> teacher every this many updates (no EMA, as the original)
     teacher_sync_interval: int = 10
     #: teacher prompt token cap; 0 = data.max_prompt_length
     max_reprompt_len: int = 0
     #: privileged (ours, default): when the teacher prompt is too long, cut the privileged block
-    #: from its start, keeping the chat template's closing turn (serl.md §10.4).
+    #: from its start, keeping the chat template's closing turn (serl's departure).
     #: right: the original's tokenizer right-truncation (cuts the assistant header)
     reprompt_truncation: str = "privileged"
     #: student log-prob in Δ: current (live policy inside the update, as the original) | old
-    #: (behaviour log-probs: deterministic, serl.md §10.3)
+    #: (behaviour log-probs: deterministic; serl's option)
     student_logprob: str = "current"
     dont_reprompt_on_self_success: bool = True
     remove_thinking_from_demonstration: bool = True
-    #: cap on the steps rendered in a successful-sample / judge trajectory (0 = all; serl.md §5)
+    #: cap on the steps rendered in a successful-sample / judge trajectory (0 = all)
     max_traj_context_steps: int = 0
-    #: cap on the steps rendered in a future / anchor continuation (0 = all; serl.md §5)
+    #: cap on the steps rendered in a future / anchor continuation (0 = all)
     max_future_context_steps: int = 0
     #: where the successful sample comes from (docs/serl_modes.md): group (the original: first
     #: other successful trajectory of the same group) | buffer (ours: the group first, else the
@@ -205,14 +206,14 @@ class SerlConfig:
     #: buffer: successful trajectories kept per task, and tasks kept (oldest task evicted first)
     success_buffer_per_task: int = 1
     success_buffer_max_tasks: int = 4096
-    #: anchor modes: cluster near-identical observations instead of exact equality (serl.md §4);
+    #: anchor modes: cluster near-identical observations instead of exact equality;
     #: similarity = rapidfuzz ``fuzz.ratio / 100`` (the original used difflib's ratio)
     anchor_enable_similarity: bool = False
     #: strictly inside (0, 1)
     anchor_similarity_thresh: float = 0.95
     #: rapidfuzz (ours, fast) | difflib (the original's SequenceMatcher ratio)
     anchor_similarity_backend: str = "rapidfuzz"
-    #: OpenAI-compatible base URL of the judge (``/chat/completions`` is appended; serl.md §3.5)
+    #: OpenAI-compatible base URL of the judge (``/chat/completions`` is appended)
     judge_api_url: str = "http://localhost:8000/v1"
     #: model name sent to the judge; "" = the first id listed by ``<judge_api_url>/models``
     judge_model: str = ""
@@ -237,10 +238,10 @@ class SerlConfig:
     judge_request_strict: bool = False
     #: add the final immediate feedback to the judge's outcome summary
     judge_include_feedback: bool = True
-    #: also call the judge on evaluation rollouts (the original did; serl.md §10.12)
+    #: also call the judge on evaluation rollouts (the original did)
     judge_on_validation: bool = False
     #: per-row JSONL of student/teacher texts under ``<run>/teacher/<iteration>.jsonl``;
-    #: off by default (the original wrote every row every step; serl.md §10.14)
+    #: off by default (the original wrote every row every step)
     dump_teacher_log: bool = False
     teacher_log_every_n_steps: int = 1
     #: cut each logged text to this many characters (0 = no cap)
@@ -256,6 +257,63 @@ class SerlConfig:
         if self.judge_api_key and self.judge_api_key != "<redacted>":
             SerlConfig._secret_store["judge_api_key"] = self.judge_api_key
             self.judge_api_key = "<redacted>"
+
+    def configured_judge_api_key(self) -> str:
+        """The judge API key given in the config (the value behind ``"<redacted>"``), or ``""``
+        (then :func:`serl.hindsight.judge.resolve_api_key` falls back to the environment)."""
+        if self.judge_api_key and self.judge_api_key != "<redacted>":
+            return self.judge_api_key
+        return SerlConfig._secret_store.get("judge_api_key", "")
+
+    def validate(self) -> None:
+        """Check every ``algorithm.serl.*`` value; mode and format names against the registry of
+        :mod:`serl.hindsight.modes` (called by :func:`load_config`, before any model loads).
+
+        Raises:
+            ConfigError: the first bad value; the message names the full key.
+        """
+        # the registry pulls torch (anchor clustering); imported here to keep ``import serl.config`` light
+        from serl.hindsight.modes import MODE_SPECS, resolve_mode
+        from serl.hindsight.rendering import TRAJECTORY_FORMATS
+        from serl.hindsight.success import SUCCESS_SOURCES
+
+        def check(cond: bool, key: str, msg: str) -> None:
+            if not cond:
+                raise ConfigError(f"algorithm.serl.{key}: {msg}")
+
+        try:
+            mode = resolve_mode(self.sampling_mode)
+        except ValueError as e:
+            raise ConfigError(f"algorithm.serl.sampling_mode: {e}") from None
+        check(self.trajectory_format in TRAJECTORY_FORMATS, "trajectory_format",
+              f"unknown format {self.trajectory_format!r}; valid: {sorted(TRAJECTORY_FORMATS)}")
+        check(0.0 <= self.mixing_lambda <= 1.0, "mixing_lambda", f"must be in [0, 1], got {self.mixing_lambda}")
+        check(self.lambda_decay_steps >= 0, "lambda_decay_steps", "must be >= 0")
+        check(0.0 <= self.weight_clip < 1.0, "weight_clip", f"must be in [0, 1), got {self.weight_clip}")
+        check(self.reprompt_truncation in ("privileged", "right"), "reprompt_truncation", "must be 'privileged' or 'right'")
+        check(self.student_logprob in ("current", "old"), "student_logprob", "must be 'current' or 'old'")
+        check(self.max_traj_context_steps >= 0, "max_traj_context_steps", "must be >= 0 (0 = all steps)")
+        check(self.max_future_context_steps >= 0, "max_future_context_steps", "must be >= 0 (0 = all steps)")
+        check(self.success_source in SUCCESS_SOURCES, "success_source",
+              f"must be one of {list(SUCCESS_SOURCES)}, got {self.success_source!r}")
+        check(self.success_buffer_per_task >= 1, "success_buffer_per_task", "must be >= 1")
+        check(self.success_buffer_max_tasks >= 1, "success_buffer_max_tasks", "must be >= 1")
+        if self.anchor_enable_similarity:
+            t = self.anchor_similarity_thresh
+            check(0.0 < t < 1.0, "anchor_similarity_thresh", f"must be strictly inside (0, 1), got {t}")
+            bk = self.anchor_similarity_backend
+            check(bk in ("rapidfuzz", "difflib"), "anchor_similarity_backend", f"must be rapidfuzz or difflib, got {bk!r}")
+        if MODE_SPECS[mode].judge:
+            check(self.judge_api_url.startswith(("http://", "https://")), "judge_api_url",
+                  f"must be an http(s) URL such as http://localhost:8000/v1, got {self.judge_api_url!r}")
+            check(self.judge_timeout > 0, "judge_timeout", "must be > 0 seconds")
+            check(self.judge_batch_timeout > 0, "judge_batch_timeout", "must be > 0 seconds")
+            check(self.judge_request_retries >= 0, "judge_request_retries", "must be >= 0")
+            check(self.judge_max_concurrency >= 1, "judge_max_concurrency", "must be >= 1")
+            check(self.judge_max_tokens >= 1, "judge_max_tokens", "must be >= 1")
+        check(self.teacher_log_every_n_steps >= 1, "teacher_log_every_n_steps", "must be >= 1")
+        check(self.teacher_log_max_text_chars >= 0, "teacher_log_max_text_chars", "must be >= 0 (0 = no cap)")
+        check(self.teacher_log_sample_rows >= 0, "teacher_log_sample_rows", "must be >= 0 (0 = no cap)")
 
 
 @dataclass
@@ -457,7 +515,6 @@ def validate(cfg: Config) -> None:
     """Check value ranges and registry names; raises :class:`ConfigError` naming the key."""
     from serl.algos.advantages import ADVANTAGE_REGISTRY
     from serl.algos.losses import AGG_MODES, POLICY_LOSS_REGISTRY
-    from serl.algos.serl import validate_serl_config
 
     _check(cfg.env.rollout.n >= 1, "env.rollout.n", "must be >= 1")
     _check(cfg.data.train_batch_size >= 1, "data.train_batch_size", "must be >= 1")
@@ -493,7 +550,7 @@ def validate(cfg: Config) -> None:
         "actor.loss_agg_mode",
         f"unknown mode {cfg.actor.loss_agg_mode!r}; valid: {list(AGG_MODES)}",
     )
-    validate_serl_config(cfg.algorithm.serl)
+    cfg.algorithm.serl.validate()
     from serl.algos.spear import validate_spear_config
 
     validate_spear_config(cfg)

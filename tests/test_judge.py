@@ -1,4 +1,4 @@
-"""The LLM judge against a real OpenAI-compatible HTTP server on 127.0.0.1 (serl.md §3.5).
+"""The LLM judge against a real OpenAI-compatible HTTP server on 127.0.0.1.
 
 Every test is bounded in time: short timeouts, few retries, and ``judge_batch_timeout``.
 """
@@ -15,9 +15,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from serl.algos.serl_context import JUDGE_HEADER, SerlContextBuilder
 from serl.config import SerlConfig
-from serl.judge import JudgeClient, JudgeError, build_judge_messages, resolve_api_key
+from serl.errors import JudgeError
+from serl.hindsight.builder import SerlContextBuilder
+from serl.hindsight.judge import JudgeClient, resolve_api_key
+from serl.hindsight.judge_prompt import build_judge_messages
+from serl.hindsight.rendering import JUDGE_HEADER
 from test_serl_context import ROW, make_groups
 
 
@@ -161,7 +164,7 @@ def test_judge_prompt_structure():
         "Write 2-4 plain sentences. The first sentence must say explicitly whether this rollout succeeded or failed."
     )
     assert "succeeded or failed" in msgs[0]["content"]
-    from serl.algos.serl_context import SuccessRef
+    from serl.hindsight.success import SuccessRef
 
     with_ref = build_judge_messages(B, include_feedback=False, reference=SuccessRef(B.steps, "B", "self"))[1]["content"]
     assert "Final success: yes\nEpisode reward: 10.0000" in with_ref
@@ -302,6 +305,12 @@ def test_api_key_resolution(monkeypatch):
     assert resolve_api_key("<redacted>") == "sk-openai"
     monkeypatch.setenv("SERL_JUDGE_API_KEY", "sk-serl")
     assert resolve_api_key("") == "sk-serl"
-    SerlConfig(judge_api_key="sk-config")
-    assert resolve_api_key("<redacted>") == "sk-config"
+    c = SerlConfig(judge_api_key="sk-config")
+    assert c.judge_api_key == "<redacted>" and c.configured_judge_api_key() == "sk-config"
+    assert resolve_api_key(c.configured_judge_api_key()) == "sk-config"
+    client = JudgeClient.from_config(c)
+    try:
+        assert client._http.headers["Authorization"] == "Bearer sk-config" and "sk-config" not in repr(client)
+    finally:
+        client.close()
     assert resolve_api_key("sk-explicit") == "sk-explicit"

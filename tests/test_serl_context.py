@@ -1,10 +1,10 @@
-"""SERL privileged contexts: every sampling_mode on hand-made groups (serl.md §3–§5, §8).
+"""SERL privileged contexts (serl.hindsight): every sampling_mode on hand-made groups.
 
 The fixture (``make_groups``) has three groups:
 
 g1 (task game1): A fails (3 steps), B succeeds (2 steps), C fails (3 steps, revisits the start
     room at step 1). A2 and C2 both observe "Nothing happens." (two different true states that
-    exact anchor matching merges, serl.md §10.11).
+    exact anchor matching merges, as in the original).
 g2 (task game2): D and E, both fail; D0 has no feedback.
 g3 (task game3): F succeeds alone in one step, H fails.
 
@@ -18,23 +18,29 @@ import json
 
 import pytest
 
-from serl.algos import serl_context as sc
-from serl.algos.serl_context import (
+from serl.hindsight.anchors import anchor_clusters
+from serl.hindsight.builder import SerlContextBuilder, build_privileged_contexts
+from serl.hindsight.judge import resolve_api_key
+from serl.hindsight.modes import MODE_NAMES, SAMPLING_MODES, ContextInputs, canonical_mode, resolve_mode
+from serl.hindsight.rendering import (
     ANCHOR_FEEDBACK_HEADER,
     ANCHOR_HEADER,
+    EMPTY_ACTION,
     FAILED_CONTINUATION,
     FEEDBACK_HEADER,
     FUTURE_HEADER,
     JUDGE_HEADER,
     NEXT_OBS_HEADER,
     NO_CONTINUATION,
+    SOLVE_LINE,
     SUCCESS_CONTINUATION,
     SUCCESS_HEADER,
-    MODE_NAMES,
-    SAMPLING_MODES,
-    SerlContextBuilder,
-    build_privileged_contexts,
+    action_key,
+    canonical_format,
+    strip_thinking,
+    teacher_user_message,
 )
+from serl.hindsight.success import SuccessBuffer
 from serl.config import ConfigError, SerlConfig
 from serl.envs.base import Task
 from serl.trajectory import Group, Step, Trajectory, iter_steps
@@ -165,38 +171,40 @@ def test_every_non_judge_mode_builds_one_entry_per_row(mode):
 
 
 def test_aliases_and_unknown_names():
-    assert sc.canonical_mode("env_feedback") == "immediate_feedback"
-    assert sc.canonical_mode("successful_trajectory_future_trajectory") == "successful_sample_future_trajectory"
-    assert sc.canonical_mode("anchor_successful_trajectory_or_env_feedback") == "anchor_successful_sample_or_immediate_feedback"
-    assert sc.canonical_mode("next_state") == "next_observation"
+    assert canonical_mode("env_feedback") == "immediate_feedback"
+    assert canonical_mode("successful_trajectory_future_trajectory") == "successful_sample_future_trajectory"
+    assert canonical_mode("anchor_successful_trajectory_or_env_feedback") == "anchor_successful_sample_or_immediate_feedback"
+    assert canonical_mode("next_state") == "next_observation"
     ctxs, _ = build("env_feedback")
     assert sections(ctxs[ROW["A1"]]) == [(FEEDBACK_HEADER, NOTHING)]
     with pytest.raises(ConfigError) as e:
-        SerlContextBuilder(cfg("legacy_thing"))
+        cfg("legacy_thing").validate()
+    assert str(e.value).startswith("algorithm.serl.sampling_mode: ")
     assert "unknown sampling_mode 'legacy_thing'" in str(e.value) and "anchor_future_trajectory" in str(e.value)
     with pytest.raises(ValueError, match="judge_current_traj"):
-        sc.resolve_mode("judge_all")
+        resolve_mode("judge_all")
 
 
 def test_bad_context_keys_are_named():
     with pytest.raises(ConfigError, match="trajectory_format"):
-        SerlContextBuilder(cfg("immediate_feedback", trajectory_format="xml"))
+        cfg("immediate_feedback", trajectory_format="xml").validate()
     with pytest.raises(ConfigError, match="anchor_similarity_thresh"):
-        SerlContextBuilder(cfg("anchor_next_observation", anchor_enable_similarity=True, anchor_similarity_thresh=1.0))
+        cfg("anchor_next_observation", anchor_enable_similarity=True, anchor_similarity_thresh=1.0).validate()
     with pytest.raises(ConfigError, match="success_source"):
-        SerlContextBuilder(cfg("immediate_feedback", success_source="replay"))
+        cfg("immediate_feedback", success_source="replay").validate()
     with pytest.raises(ConfigError, match="max_future_context_steps"):
-        SerlContextBuilder(cfg("future_trajectory", max_future_context_steps=-1))
+        cfg("future_trajectory", max_future_context_steps=-1).validate()
+    cfg("anchor_next_observation", anchor_enable_similarity=True, anchor_similarity_thresh=0.5).validate()
 
 
 def test_teacher_message_wrapper():
     ctxs, _ = build("successful_sample_immediate_feedback")
-    msg = sc.teacher_user_message("PROMPT", ctxs[ROW["A1"]].block())
-    assert msg == f"PROMPT\n\n{SUCCESS_HEADER}\n{S_B}\n\n{FEEDBACK_HEADER}\n{NOTHING}\n\n{sc.SOLVE_LINE}"
+    msg = teacher_user_message("PROMPT", ctxs[ROW["A1"]].block())
+    assert msg == f"PROMPT\n\n{SUCCESS_HEADER}\n{S_B}\n\n{FEEDBACK_HEADER}\n{NOTHING}\n\n{SOLVE_LINE}"
 
 
 # ---------------------------------------------------------------------------------------------
-# step-level modes (serl.md §3.3)
+# step-level modes (conjunctive)
 
 
 def test_immediate_feedback():
@@ -316,16 +324,16 @@ def test_observation_action_format_and_thinking_kept():
 
 
 def test_helpers():
-    assert sc.strip_thinking("<think>a\nb</think>\n  <action>x</action>") == "<action>x</action>"
-    assert sc.action_key("<think>t</think><action>  Go  To\nDesk 1 </action>") == "go to desk 1"
-    assert sc.action_key("<think>only thinking</think>") == sc.EMPTY_ACTION
-    assert sc.action_key("Go north") == "go north"
-    assert sc.canonical_format("action_series") == "response"
-    assert sc.canonical_format("observation-action") == "observation_action"
+    assert strip_thinking("<think>a\nb</think>\n  <action>x</action>") == "<action>x</action>"
+    assert action_key("<think>t</think><action>  Go  To\nDesk 1 </action>") == "go to desk 1"
+    assert action_key("<think>only thinking</think>") == EMPTY_ACTION
+    assert action_key("Go north") == "go north"
+    assert canonical_format("action_series") == "response"
+    assert canonical_format("observation-action") == "observation_action"
 
 
 # ---------------------------------------------------------------------------------------------
-# anchor modes (serl.md §4)
+# anchor modes (not conjunctive)
 
 # The start-room anchor of g1 holds A0, B0, C0 and C1 (C revisits it): three distinct actions.
 ROOM_HEAD = [
@@ -499,17 +507,17 @@ def test_anchor_similarity_clustering():
     assert sim[2].sections[0][1] == "look, Nothing."
     strict, _ = build("anchor_immediate_feedback", g(), anchor_enable_similarity=True, anchor_similarity_thresh=0.96)
     assert strict[0].sections[0][1] == "open drawer 1, It is empty."
-    assert sc.anchor_clusters(["a", "b", "a"], [0, 0, 1]) == [0, 1, 0]
+    assert anchor_clusters(["a", "b", "a"], [0, 0, 1]) == [0, 1, 0]
     # the original's difflib ratio is available too: desk 1 / desk 2 = 2*20/42 there as well
     dl, _ = build("anchor_immediate_feedback", g(), anchor_enable_similarity=True, anchor_similarity_thresh=0.9,
                   anchor_similarity_backend="difflib")
     assert dl[0].sections[0][1] == "open drawer 1, It is empty.\nopen drawer 2, You see a key."
     with pytest.raises(ConfigError, match="anchor_similarity_backend"):
-        build("anchor_immediate_feedback", g(), anchor_enable_similarity=True, anchor_similarity_backend="jaro")
+        cfg("anchor_immediate_feedback", anchor_enable_similarity=True, anchor_similarity_backend="jaro").validate()
 
 
 def test_anchor_clusters_similarity_order_is_step_then_batch():
-    ids = sc.anchor_clusters(["abcdefghij", "abcdefghiX", "zzzz"], [1, 0, 0], 0.85)
+    ids = anchor_clusters(["abcdefghij", "abcdefghiX", "zzzz"], [1, 0, 0], 0.85)
     # visit order: row 1 (step 0), row 2 (step 0), row 0 (step 1) -> row 1 seeds 0, row 2 seeds 1,
     # row 0 joins row 1's cluster (ratio 0.9)
     assert ids == [0, 0, 1]
@@ -560,7 +568,7 @@ def test_success_buffer_gives_failed_groups_a_reference_and_round_trips():
 
 
 def test_success_buffer_bounds_and_evaluation_does_not_fill_it():
-    buf = sc.SuccessBuffer(per_task=1, max_tasks=2)
+    buf = SuccessBuffer(per_task=1, max_tasks=2)
     for i in range(3):
         t = Task("alfworld", f"t{i}", "pick", 0)
         buf.add(traj("u", f"s{i}", t, [mk_step("S", 0, "o", "<action>a</action>", won=True, reward=10.0)]))
@@ -589,7 +597,7 @@ def test_judge_modes_on_evaluation_make_no_call_and_no_context():
 
 
 def test_judge_context_shape():
-    x = sc.ContextInputs(*next(iter_steps(make_groups())), cfg("judge_current_traj"), judge_text="It failed.")
+    x = ContextInputs(*next(iter_steps(make_groups())), cfg("judge_current_traj"), judge_text="It failed.")
     ctx = SAMPLING_MODES["judge_current_traj"](x)
     assert ctx.sections == [(JUDGE_HEADER, "It failed.")] and ctx.sources == {"judge"}
 
@@ -602,9 +610,8 @@ def test_config_key_is_redacted_from_dumps(monkeypatch):
     assert c.judge_api_key == "<redacted>"
     assert "sk-secret-123" not in OmegaConf.to_yaml(OmegaConf.structured(c))
     assert "sk-secret-123" not in repr(c)
-    from serl.judge import resolve_api_key
-
-    assert resolve_api_key(c.judge_api_key) == "sk-secret-123"
+    assert c.configured_judge_api_key() == "sk-secret-123"
+    assert resolve_api_key(c.configured_judge_api_key()) == "sk-secret-123"
     assert dataclasses.replace(c).judge_api_key == "<redacted>"
 
 

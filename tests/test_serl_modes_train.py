@@ -12,7 +12,7 @@ import copy
 
 import pytest
 
-from serl.algos.serl_context import MODE_NAMES
+from serl.hindsight.modes import MODE_NAMES
 from serl.config import load_config
 from serl.rollout.collector import Collector
 from serl.train.trainer import Trainer

@@ -1,5 +1,5 @@
-"""SERL's λ schedule, teacher sync rule, selective weights (serl.md §2.2, §6) and the teacher
-prompt truncation (§10.4), on hand-computed cases."""
+"""SERL's λ schedule, teacher sync rule, selective weights and the teacher
+prompt truncation, on hand-computed cases."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from serl.algos.serl import effective_lambda, serl_token_weights, teacher_needs_sync
-from serl.algos.serl_context import SOLVE_LINE
+from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync
+from serl.hindsight.rendering import SOLVE_LINE
 from serl.models.teacher import TRUNCATION_MARK, teacher_prompt_ids
 
 

@@ -1,11 +1,12 @@
-"""The opt-in, sampled SERL teacher log (serl.md §7.1, §10.14)."""
+"""The opt-in, sampled SERL teacher log."""
 
 from __future__ import annotations
 
 import json
 import random
 
-from serl.algos.serl_context import FEEDBACK_HEADER, SOLVE_LINE, SerlContextBuilder
+from serl.hindsight.builder import SerlContextBuilder
+from serl.hindsight.rendering import FEEDBACK_HEADER, SOLVE_LINE
 from serl.config import SerlConfig
 from serl.train.teacher_log import TeacherLogWriter, teacher_log_row
 from serl.trajectory import iter_steps

@@ -19,7 +19,7 @@ import copy
 import torch
 
 from serl.agent.chat import chat_prompt_ids
-from serl.algos.serl_context import teacher_user_message
+from serl.hindsight.rendering import teacher_user_message
 
 TRUNCATION_MARK = "[... earlier hindsight omitted ...]\n"
 

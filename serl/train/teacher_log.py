@@ -7,7 +7,7 @@ written, in batch order, to ``<run_dir>/teacher/<iteration>.jsonl``, atomically.
 cut to ``teacher_log_max_text_chars`` characters (0 = no cap) with a note of what was cut.
 
 Rows are plain dicts; :func:`teacher_log_row` makes the standard one from a step row and its
-:class:`~serl.algos.serl_context.PrivilegedContext`. The trainer may add fields (e.g. token
+:class:`~serl.hindsight.rendering.PrivilegedContext`. The trainer may add fields (e.g. token
 weights); any JSON-able value is kept.
 """
 
@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any, Optional
 
-from serl.algos.serl_context import PrivilegedContext, teacher_user_message
+from serl.hindsight.rendering import PrivilegedContext, teacher_user_message
 from serl.trajectory import Group, Step, Trajectory
 from serl.utils import atomic_write_text
 
@@ -41,7 +41,7 @@ def teacher_log_row(
         ctx: its privileged context (None: no context, the teacher prompt is the student prompt).
         mode: the ``sampling_mode`` in use.
         teacher_prompt: the teacher user message actually scored (e.g. after truncation); default
-            :func:`~serl.algos.serl_context.teacher_user_message` of the prompt and the block.
+            :func:`~serl.hindsight.rendering.teacher_user_message` of the prompt and the block.
 
     Returns:
         ``{"uid", "traj_uid", "task_id", "step_id", "mode", "has_context", "sources",

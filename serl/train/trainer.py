@@ -46,8 +46,8 @@ from serl.algos.advantages import (AdvantageInput, anchor_group_sizes, discounte
                                    get_advantage_fn, gigpo_anchor_index, invalid_action_penalty)
 from serl.algos.filters import apply_response_filters, enabled_filters, group_std_filter, response_flags
 from serl.algos.losses import agg_loss, get_policy_loss_fn, kl_loss, replay_loss_config
-from serl.algos.serl import effective_lambda, serl_token_weights, teacher_needs_sync
-from serl.algos.serl_context import SerlContextBuilder
+from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync
+from serl.hindsight.builder import SerlContextBuilder
 from serl.algos.spear import ReplayBuffer, ReplayRow, replay_coef, toolcall_bonus
 from serl.config import Config, config_from_yaml, to_yaml
 from serl.envs.base import Task, get_env_class

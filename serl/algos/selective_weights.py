@@ -1,8 +1,10 @@
-"""SERL: the λ schedule, the selective token weights, and the teacher sync rule.
+"""SERL's selective token weights, the λ schedule, and the teacher sync rule.
 
 Paper: "What and When to Distill: Selective Hindsight Distillation for Multi-Turn Agents"
-(arXiv 2605.19447). Spec: serl.md §2.2 (weights), §6 (teacher). The privileged contexts the
-teacher sees are built in :mod:`serl.algos.serl_context`.
+(arXiv 2605.19447); code ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/core_algos.py``
+(``compute_serl_action_mask_reweighted_advantages``) and the actor worker's update loop
+(``verl/workers/actor/dp_actor.py``). The privileged contexts the teacher sees are built in
+:mod:`serl.hindsight`; ``algorithm.serl`` is checked by :meth:`serl.config.SerlConfig.validate`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import torch
 
 
 def effective_lambda(update_step: int, mixing_lambda: float, lambda_decay_steps: int) -> float:
-    """λ_eff(u) = λ0 · max(0, 1 − u / D); D = 0 means constant λ0 (serl.md §2.2).
+    """λ_eff(u) = λ0 · max(0, 1 − u / D); D = 0 means constant λ0 (the original's linear decay).
 
     Args:
         update_step: u, the number of completed policy updates (0 for the first update).
@@ -25,7 +27,8 @@ def effective_lambda(update_step: int, mixing_lambda: float, lambda_decay_steps:
 
 def teacher_needs_sync(completed_updates: int, teacher_sync_interval: int) -> bool:
     """True when, after ``completed_updates`` updates, the teacher gets a hard copy of the policy
-    (``u % teacher_sync_interval == 0``; serl.md §6). Interval <= 0 means never."""
+    (``u % teacher_sync_interval == 0``; a hard copy, no EMA, as the original). Interval <= 0
+    means never."""
     return teacher_sync_interval > 0 and completed_updates > 0 and completed_updates % teacher_sync_interval == 0
 
 
@@ -37,7 +40,8 @@ def serl_token_weights(
     lam: float,
     weight_clip: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Selective, sign-aware token weights W (serl.md §2.2, ``compute_serl_action_mask_reweighted_advantages``).
+    """Selective, sign-aware token weights W (``compute_serl_action_mask_reweighted_advantages``,
+    ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/core_algos.py``).
 
     Δ = log π_T(y_t | privileged prompt) − log π_θ(y_t | prompt) (detached);
     s = clamp(sign(A)·Δ, −20, 20); w = clamp(exp(s), 1−c, 1+c);
@@ -52,9 +56,9 @@ def serl_token_weights(
         weight_clip: c.
 
     Returns:
-        ``(W, metrics)``; ``W`` is ``[batch, resp_len]`` float32 in [1−λc, 1+λc]. Metrics follow
-        serl.md §8 (``weight_mean/max/min``, ``delta_abs_mean`` over selected tokens,
-        ``clipped_fraction``, ``empty_target_batch``).
+        ``(W, metrics)``; ``W`` is ``[batch, resp_len]`` float32 in [1−λc, 1+λc]. Metrics are the
+        original's ``serl_action_mask/*`` values (``weight_mean/max/min`` of the clipped w and
+        ``delta_abs_mean`` over selected tokens, ``clipped_fraction``, ``empty_target_batch``).
     """
     with torch.no_grad():
         delta = (teacher_logprob.float() - student_logprob.float()).detach()
@@ -79,28 +83,3 @@ def serl_token_weights(
                 "empty_target_batch": 0.0,
             }
     return W, metrics
-
-
-def validate_serl_config(cfg) -> None:
-    """Check the ``algorithm.serl`` section; raises ``ConfigError`` naming the bad key."""
-    from serl.algos.serl_context import SAMPLING_MODES, TRAJECTORY_FORMATS, canonical_mode
-    from serl.config import ConfigError
-
-    if not 0.0 <= cfg.mixing_lambda <= 1.0:
-        raise ConfigError(f"algorithm.serl.mixing_lambda: must be in [0, 1], got {cfg.mixing_lambda}")
-    if cfg.lambda_decay_steps < 0:
-        raise ConfigError("algorithm.serl.lambda_decay_steps: must be >= 0")
-    if not 0.0 <= cfg.weight_clip < 1.0:
-        raise ConfigError(f"algorithm.serl.weight_clip: must be in [0, 1), got {cfg.weight_clip}")
-    if canonical_mode(cfg.sampling_mode) not in SAMPLING_MODES:
-        raise ConfigError(
-            f"algorithm.serl.sampling_mode: unknown mode {cfg.sampling_mode!r}; valid: {sorted(SAMPLING_MODES)}"
-        )
-    if cfg.trajectory_format not in TRAJECTORY_FORMATS:
-        raise ConfigError(
-            f"algorithm.serl.trajectory_format: unknown format {cfg.trajectory_format!r}; valid: {sorted(TRAJECTORY_FORMATS)}"
-        )
-    if cfg.reprompt_truncation not in ("privileged", "right"):
-        raise ConfigError("algorithm.serl.reprompt_truncation: must be 'privileged' or 'right'")
-    if cfg.student_logprob not in ("current", "old"):
-        raise ConfigError("algorithm.serl.student_logprob: must be 'current' or 'old'")

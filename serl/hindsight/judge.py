@@ -1,9 +1,9 @@
-"""LLM judge for the SERL judge modes: an OpenAI-compatible ``/chat/completions`` client (serl.md §3.5).
+"""LLM judge for the SERL judge modes: an OpenAI-compatible ``/chat/completions`` client.
 
-The judge reads one trajectory (task, the rendered rollout, an outcome summary and optionally a
-successful reference rollout) and writes a short critique, the "Trajectory Judge", that becomes
-the privileged context of every step row of that trajectory
-(:class:`serl.algos.serl_context.SerlContextBuilder`).
+It sends the messages of :func:`serl.hindsight.judge_prompt.build_judge_messages`; the critique
+becomes the privileged context of every step row of the judged trajectory
+(:class:`serl.hindsight.builder.SerlContextBuilder`). Original: SERL (arXiv 2605.19447), whose
+judge runs inside ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``.
 
 Behaviour:
 
@@ -21,15 +21,12 @@ Behaviour:
   failed. A single attempt is capped by ``judge_timeout`` (httpx per-operation timeouts).
 * answers that are empty or a placeholder (``none``, ``n/a``) give no critique (``text=None``,
   not an error).
-* the API key comes from the config (moved out of the config object when it is built, see
-  :class:`serl.config.SerlConfig`), else ``SERL_JUDGE_API_KEY``, else ``OPENAI_API_KEY``. It is
-  sent only as the ``Authorization`` header and never appears in a log line, an error message,
-  or the client's ``repr``.
+* the API key comes from the config (handed over by :meth:`JudgeClient.from_config`), else
+  ``SERL_JUDGE_API_KEY``, else ``OPENAI_API_KEY``. It is sent only as the ``Authorization``
+  header and never appears in a log line, an error message, or the client's ``repr``.
 """
 
 from __future__ import annotations
-
-from serl.errors import JudgeError  # noqa: F401  (re-exported)
 
 import concurrent.futures as cf
 import logging
@@ -37,32 +34,20 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import httpx
 
-from serl.algos.serl_context import SuccessRef, render_steps, strip_thinking
-from serl.trajectory import Trajectory
+from serl.errors import JudgeError  # noqa: F401  (re-exported)
+from serl.hindsight.rendering import strip_thinking
+
+if TYPE_CHECKING:
+    from serl.config import SerlConfig
 
 log = logging.getLogger(__name__)
 
 REDACTED = "<redacted>"
 PLACEHOLDER_ANSWERS = {"", "none", "n/a", "na", "null", "nothing", "no comment"}
-
-SYSTEM_PROMPT = (
-    "You review one rollout of an agent acting in a text environment and write a short, concrete "
-    "critique called the Trajectory Judge; it will be shown to the agent as privileged guidance. "
-    "Your first sentence must state plainly whether the rollout succeeded or failed. Then explain "
-    "what went right or wrong with respect to the task goal, and end with the single most important "
-    "lesson. Never answer with a placeholder such as 'none' or 'n/a'."
-)
-FINAL_INSTRUCTION = (
-    "Write 2-4 plain sentences. The first sentence must say explicitly whether this rollout "
-    "succeeded or failed."
-)
-
-
-
 
 @dataclass
 class JudgeResult:
@@ -79,64 +64,13 @@ class JudgeResult:
 
 
 def resolve_api_key(configured: str = "") -> str:
-    """The judge API key: ``configured`` (if a real value), else the key moved out of the config
-    by :class:`serl.config.SerlConfig`, else ``$SERL_JUDGE_API_KEY``, else ``$OPENAI_API_KEY``,
-    else ``""`` (no ``Authorization`` header is sent)."""
+    """The judge API key: ``configured`` (if a real value, not ``""`` or ``"<redacted>"``), else
+    ``$SERL_JUDGE_API_KEY``, else ``$OPENAI_API_KEY``, else ``""`` (no ``Authorization``
+    header is sent). A key given in the config reaches here through
+    :meth:`serl.config.SerlConfig.configured_judge_api_key` (see :meth:`JudgeClient.from_config`)."""
     if configured and configured != REDACTED:
         return configured
-    from serl.config import SerlConfig
-
-    stored = getattr(SerlConfig, "_secret_store", {}).get("judge_api_key")
-    if stored:
-        return stored
     return os.environ.get("SERL_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""
-
-
-def build_judge_messages(
-    traj: Trajectory,
-    *,
-    trajectory_format: str = "response",
-    remove_thinking: bool = True,
-    max_steps: int = 0,
-    include_feedback: bool = True,
-    reference: Optional[SuccessRef] = None,
-) -> list[dict[str, str]]:
-    """Chat messages asking the judge to critique ``traj`` (serl.md §3.5).
-
-    User message sections: the task (the first step's prompt), the current rollout rendered per
-    ``trajectory_format`` (capped at ``max_steps``, 0 = all), an outcome summary (final success
-    yes/no, episode reward with 4 decimals, episode length, the observation after the last action
-    = the last step's ``next_prompt``, and with ``include_feedback`` the last immediate feedback),
-    the optional reference rollout, and the closing instruction.
-
-    Only the trajectory's recorded (active) steps are used; there are no post-termination rows.
-
-    Raises:
-        ValueError: ``traj`` has no steps, or an unknown format.
-    """
-    if not traj.steps:
-        raise ValueError(f"trajectory {traj.traj_uid!r} has no steps to judge")
-    last = traj.steps[-1]
-    rollout = render_steps(traj.steps, trajectory_format, remove_thinking=remove_thinking, max_steps=max_steps)
-    outcome = [
-        f"Final success: {'yes' if traj.won else 'no'}",
-        f"Episode reward: {traj.episode_reward:.4f}",
-        f"Episode length: {traj.length} step(s)",
-        f"Final observation after the last action:\n{last.next_prompt.strip() or '(none)'}",
-    ]
-    if include_feedback:
-        outcome.append(f"Final immediate feedback: {last.feedback.strip() or '(none)'}")
-    parts = [
-        f"## Task\n{traj.steps[0].prompt}",
-        f"## Current rollout\n{rollout}",
-        "## Outcome\n" + "\n".join(outcome),
-    ]
-    if reference is not None:
-        ref_text = render_steps(reference.steps, trajectory_format, remove_thinking=remove_thinking, max_steps=max_steps)
-        label = "this same rollout" if reference.source == "self" else "another rollout of the same task"
-        parts.append(f"## Reference: a successful rollout ({label})\n{ref_text}")
-    parts.append(FINAL_INSTRUCTION)
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def _clean_answer(content: Optional[str]) -> Optional[str]:
@@ -216,12 +150,13 @@ class JudgeClient:
         )
 
     @classmethod
-    def from_config(cls, cfg) -> "JudgeClient":
-        """A client from the ``algorithm.serl`` section (``judge_*`` keys)."""
+    def from_config(cls, cfg: SerlConfig) -> "JudgeClient":
+        """A client from the ``algorithm.serl`` section (``judge_*`` keys; the key behind a
+        redacted ``judge_api_key`` via :meth:`~serl.config.SerlConfig.configured_judge_api_key`)."""
         return cls(
             cfg.judge_api_url,
             cfg.judge_model,
-            cfg.judge_api_key,
+            cfg.configured_judge_api_key(),
             timeout=cfg.judge_timeout,
             retries=cfg.judge_request_retries,
             batch_timeout=cfg.judge_batch_timeout,

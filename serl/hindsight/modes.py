@@ -1,0 +1,178 @@
+"""The ``sampling_mode`` registry: what hindsight each mode shows, and the built-in modes.
+
+For every step row a mode returns a :class:`~serl.hindsight.rendering.PrivilegedContext` or
+``None`` (no context: the row is trained as plain GRPO, ``serl_mask = 0``). The original's 20
+names are registered (SERL, arXiv 2605.19447,
+``OliverLeeXZ/SERL@5a2a85b:recipe/serl/privileged_context.py``; table in ``docs/serl_modes.md``;
+the functions are in :mod:`serl.hindsight.contexts`):
+
+* 9 **step-level** modes built from four parts of the row's own rollout: F = immediate feedback
+  (:attr:`Step.feedback`), N = next observation (:attr:`Step.next_prompt`), U = the rest of this
+  rollout after the step, S = a successful rollout of the same task. They are *conjunctive*: a
+  row gets a context only if every listed part exists, except
+  ``successful_sample_or_immediate_feedback`` (S, else F).
+* 9 **anchor** modes (:mod:`serl.hindsight.anchors`): a table of the actions tried from the
+  row's state across the group; S is appended when one exists. Not conjunctive.
+* 2 **judge** modes: an LLM judge (:mod:`serl.hindsight.judge`) critiques each trajectory
+  once; every row of that trajectory gets the critique.
+
+:func:`register_mode` adds a mode; ``algorithm.serl.sampling_mode`` is checked against
+:data:`SAMPLING_MODES` by :meth:`serl.config.SerlConfig.validate`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, Optional
+
+from serl.hindsight.contexts import ContextInputs, anchor_context, judge_context, step_context
+from serl.hindsight.rendering import PrivilegedContext
+
+__all__ = ["MODE_ALIASES", "MODE_NAMES", "MODE_SPECS", "SAMPLING_MODES", "ContextInputs", "ModeFn", "ModeSpec",
+           "canonical_mode", "register_mode", "resolve_mode"]
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """What a ``sampling_mode`` shows (see the tables in ``docs/serl_modes.md``).
+
+    Attributes:
+        name: the canonical mode name.
+        granularity: ``"step"``, ``"anchor"`` or ``"trajectory"`` (judge).
+        success, feedback, next_observation, future: parts used (S, F, N, U).
+        feedback_only_without_success: the ``*_or_immediate_feedback`` modes: F only if no S.
+        judge: None, ``"current"`` or ``"on_successful_sample"``.
+    """
+
+    name: str
+    granularity: str
+    success: bool = False
+    feedback: bool = False
+    next_observation: bool = False
+    future: bool = False
+    feedback_only_without_success: bool = False
+    judge: Optional[str] = None
+
+    @property
+    def sources(self) -> set[str]:
+        """Sources this mode can produce (which reference-fraction metrics it logs)."""
+        flags = {
+            "success": self.success,
+            "feedback": self.feedback or self.feedback_only_without_success,
+            "next_observation": self.next_observation,
+            "future": self.future,
+            "anchor": self.granularity == "anchor",
+            "judge": bool(self.judge),
+        }
+        return {name for name, on in flags.items() if on}
+
+    @property
+    def fallback(self) -> str:
+        """One-line description of what happens when a part is missing (for the docs table)."""
+        if self.judge:
+            return "no context if the judge fails or answers nothing"
+        if self.granularity == "anchor":
+            if self.name == "anchor_immediate_feedback":
+                return "no context if no action in the anchor group has feedback"
+            if self.feedback_only_without_success:
+                return "always a table; feedback lines only if no S; S appended if found"
+            return "always a table (the row is in its own group); S appended if found" if self.success else "always a table"
+        if self.feedback_only_without_success:
+            return "S if found, else F"
+        return "no context unless every part exists (conjunctive)"
+
+
+ModeFn = Callable[[ContextInputs], Optional[PrivilegedContext]]
+#: canonical mode name -> mode function
+SAMPLING_MODES: dict[str, ModeFn] = {}
+#: canonical mode name -> its :class:`ModeSpec`
+MODE_SPECS: dict[str, ModeSpec] = {}
+#: alias of the original -> canonical mode name
+MODE_ALIASES: dict[str, str] = {}
+
+
+def register_mode(name: str, spec: Optional[ModeSpec] = None):
+    """Decorator registering a ``sampling_mode`` function (and its :class:`ModeSpec`)."""
+
+    def deco(fn: ModeFn) -> ModeFn:
+        SAMPLING_MODES[name] = fn
+        MODE_SPECS[name] = spec or ModeSpec(name, "step")
+        return fn
+
+    return deco
+
+
+def canonical_mode(name: str) -> str:
+    """Map an alias of the original (e.g. ``env_feedback``) to its canonical mode name; an
+    unknown name is returned unchanged (see :func:`resolve_mode` for a checking version)."""
+    return MODE_ALIASES.get(name, name)
+
+
+def resolve_mode(name: str) -> str:
+    """Canonical mode name of ``name`` or an alias.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid names and aliases).
+    """
+    mode = canonical_mode(name)
+    if mode not in SAMPLING_MODES:
+        raise ValueError(
+            f"unknown sampling_mode {name!r}; valid: {sorted(SAMPLING_MODES)} "
+            f"(aliases: {sorted(MODE_ALIASES)})"
+        )
+    return mode
+
+
+def _builtin_specs() -> list[ModeSpec]:
+    """The original's 20 modes, in documentation order."""
+    step_modes = [
+        ModeSpec("immediate_feedback", "step", feedback=True),
+        ModeSpec("next_observation", "step", next_observation=True),
+        ModeSpec("future_trajectory", "step", future=True),
+        ModeSpec("successful_sample_or_immediate_feedback", "step", success=True, feedback_only_without_success=True),
+        ModeSpec("successful_sample_immediate_feedback", "step", success=True, feedback=True),
+        ModeSpec("successful_sample_next_observation", "step", success=True, next_observation=True),
+        ModeSpec("successful_sample_future_trajectory", "step", success=True, future=True),
+        ModeSpec("successful_sample_future_trajectory_immediate_feedback", "step", success=True, future=True, feedback=True),
+        ModeSpec(
+            "successful_sample_future_trajectory_next_observation", "step", success=True, future=True, next_observation=True
+        ),
+    ]
+    anchor_modes = [ModeSpec("anchor_immediate_feedback", "anchor", feedback=True)] + [
+        ModeSpec("anchor_" + s.name, "anchor", success=s.success, feedback=s.feedback,
+                 next_observation=s.next_observation, future=s.future,
+                 feedback_only_without_success=s.feedback_only_without_success)
+        for s in step_modes[1:]
+    ]
+    judge_modes = [
+        ModeSpec("judge_current_traj", "trajectory", judge="current"),
+        ModeSpec("judge_current_traj_on_successful_sample", "trajectory", judge="on_successful_sample"),
+    ]
+    return step_modes + anchor_modes + judge_modes
+
+
+def _register_builtin_modes() -> None:
+    builders = {"step": step_context, "anchor": anchor_context, "trajectory": judge_context}
+    for spec in _builtin_specs():
+        register_mode(spec.name, spec)(partial(builders[spec.granularity], spec))
+    # Aliases: the original's synonyms ``env_feedback`` (for immediate_feedback) and
+    # ``successful_trajectory`` (for successful_sample), plus ``next_state`` (next_observation,
+    # cf. the duplicate ``serl/next_state_reference_fraction`` metric), in every combination.
+    subs = [("immediate_feedback", "env_feedback"), ("successful_sample", "successful_trajectory"),
+            ("next_observation", "next_state")]
+    for name in list(SAMPLING_MODES):
+        for mask in itertools.product([False, True], repeat=len(subs)):
+            alias = name
+            for use, (old, new) in zip(mask, subs):
+                if use:
+                    alias = alias.replace(old, new)
+            if alias != name:
+                MODE_ALIASES[alias] = name
+
+
+_register_builtin_modes()
+
+#: the 20 canonical mode names, in documentation order
+MODE_NAMES: tuple[str, ...] = tuple(SAMPLING_MODES)
