@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from serl.envs.base import EnvError, StepResult, Task, register_env
+from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
 
 #: the banner TextWorld puts in front of the first ALFWorld observation (alfworld.md §5.11)
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
@@ -159,8 +159,7 @@ def extract_task(observation: str) -> str:
     return observation[idx + len(TASK_PREFIX):].strip()
 
 
-@register_env("alfworld")
-class AlfWorldEnv:
+class AlfWorldEnv(BaseTextEnv):
     """One ALFWorld game at a time, on TextWorld's PDDL engine (see the module docstring).
 
     Args:
@@ -176,6 +175,7 @@ class AlfWorldEnv:
     """
 
     name = "alfworld"
+    prompt_builder = "serl.agent.prompts.alfworld:build_prompt"
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None):
         if int(max_steps) < 1:

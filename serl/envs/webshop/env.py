@@ -32,15 +32,19 @@ import random
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from serl.envs.base import EnvError, StepResult, Task, register_env
+from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
 from serl.envs.webshop import data as wsdata
 from serl.envs.webshop.catalog import Catalog, hidden_price, load_catalog, search_contents
 from serl.envs.webshop.goals import Goal, ordered_goals, priced_goal, split_indices
 from serl.envs.webshop.pages import SEP, Site
 from serl.envs.webshop.reward import get_reward
 from serl.envs.webshop.search import TOP_K, SearchIndex
+
+if TYPE_CHECKING:
+    from serl.config import EnvConfig
+    from serl.trajectory import Trajectory
 
 #: verl-agent's WebShop episode limit (environments.md §4)
 DEFAULT_MAX_STEPS = 15
@@ -104,8 +108,7 @@ def _check_options(human_goals: bool, show_attrs: bool, max_steps: int, unknown:
         raise EnvError(f"env.max_steps must be an integer >= 1, got {max_steps!r}")
 
 
-@register_env("webshop")
-class WebShopEnv:
+class WebShopEnv(BaseTextEnv):
     """WebShop (1k products, synthetic or human goals) as a :class:`~serl.envs.base.TextEnv`.
 
     Args:
@@ -124,6 +127,7 @@ class WebShopEnv:
 
     name = "webshop"
     max_steps = DEFAULT_MAX_STEPS
+    prompt_builder = "serl.agent.prompts.webshop:build_prompt"
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
                  human_goals: bool = False, show_attrs: bool = False, seed: int = 0, **unknown: Any):
@@ -141,6 +145,30 @@ class WebShopEnv:
         self.steps = 0
         self.done = True
         self.last_score = 0.0
+
+    # ------------------------------------------------------------------ config hooks
+    @classmethod
+    def config_kwargs(cls, env_cfg: "EnvConfig") -> dict[str, Any]:
+        """``max_steps`` and ``data_dir``, plus the ``env.webshop`` options (``human_goals``,
+        ``show_attrs``, ``seed``); unknown options raise :class:`EnvError` when the env is built."""
+        return {**super().config_kwargs(env_cfg), **dict(env_cfg.webshop)}
+
+    @classmethod
+    def tasks_from_config(cls, env_cfg: "EnvConfig", split: str) -> list[Task]:
+        """:meth:`list_tasks` of ``split`` with the ``env.webshop`` options.
+
+        Raises:
+            EnvError: unknown split or option, missing data.
+        """
+        return cls.list_tasks(split, env_cfg.data_dir, **dict(env_cfg.webshop))
+
+    @classmethod
+    def episode_metrics(cls, trajectories: Sequence["Trajectory"]) -> dict[str, float]:
+        """``webshop_task_score``: the mean raw WebShop score in [0, 1] of the episodes' last
+        steps (``info["task_score"]``; 0 for an empty episode), the score WebShop (arXiv
+        2207.01206) reports beside the success rate."""
+        scores = [t.steps[-1].info.get("task_score", 0.0) if t.steps else 0.0 for t in trajectories]
+        return {"webshop_task_score": sum(scores) / max(1, len(scores))}
 
     # ------------------------------------------------------------------ tasks
     @classmethod
