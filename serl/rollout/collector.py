@@ -12,7 +12,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from serl.agent.chat import chat_prompt_ids
 from serl.agent.parsing import FALLBACK_CHARS, action_token_mask, project_action
@@ -20,6 +20,11 @@ from serl.agent.prompts import get_prompt_builder
 from serl.envs.base import StepResult, Task
 from serl.rollout.engine import RolloutEngine, SamplingParams
 from serl.trajectory import Group, Step, Trajectory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from serl.envs.pool import EnvPool
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +65,8 @@ class Collector:
             the left (counted in the ``rollout/prompt_truncated`` metric).
     """
 
-    def __init__(self, pool, engine: RolloutEngine, tokenizer, env_name: str, history_length: int,
-                 max_steps: int, max_prompt_length: int):
+    def __init__(self, pool: EnvPool, engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase, env_name: str,
+                 history_length: int, max_steps: int, max_prompt_length: int):
         self.pool = pool
         self.engine = engine
         self.tokenizer = tokenizer
