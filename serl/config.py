@@ -32,7 +32,7 @@ from serl.algos.advantages import ADVANTAGE_REGISTRY, GIGPO_MODES, SIMILARITY_BA
 from serl.algos.filters import ROLLOUT_FILTER_TYPES
 from serl.algos.losses import AGG_MODES, KL_TYPES, POLICY_LOSS_REGISTRY
 from serl.algos.spear import STALENESS_REFERENCES, TOOLCALL_MODES
-from serl.envs.base import ENV_ENTRY_POINTS
+from serl.envs.base import env_names
 from serl.errors import ConfigError  # noqa: F401  (re-exported)
 
 RECIPE_DIR = Path(__file__).parent / "recipes"
@@ -113,8 +113,7 @@ class EnvConfig:
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``env.<key>``; ``env.name`` must be a registered
         env (checked against the registry's names, without importing the env modules)."""
-        _check(self.name in ENV_ENTRY_POINTS, "env.name",
-               f"unknown env {self.name!r}; valid: {sorted(ENV_ENTRY_POINTS)}")
+        _check(self.name in env_names(), "env.name", f"unknown env {self.name!r}; valid: {env_names()}")
         _check(self.rollout.n >= 1, "env.rollout.n", "must be >= 1")
         _check(self.max_steps >= 1, "env.max_steps", "must be >= 1")
         _check(self.history_length >= 0, "env.history_length", "must be >= 0")
