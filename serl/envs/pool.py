@@ -1,8 +1,8 @@
 """EnvPool: step many text environments in parallel worker processes.
 
 ``EnvPool(env_name, num_envs, num_workers, env_kwargs)`` owns ``num_envs`` environments; env
-``i`` lives in worker ``i % num_workers`` (DESIGN.md "Shape"; the local counterpart of
-verl-agent's one-Ray-actor-per-env layer, environments.md §1). Every call addresses all envs at
+``i`` lives in worker ``i % num_workers`` (the local counterpart of
+verl-agent's one-Ray-actor-per-env layer, ``langfengQ/verl-agent@574dd5b:agent_system/environments``). Every call addresses all envs at
 once, one LLM turn for all of them:
 
 * ``reset(tasks)`` / ``step(actions)``: blocking; a ``None`` task or action leaves that env
@@ -34,7 +34,7 @@ worker does not break the pool: the worker finishes the other envs of the call f
 pool stays in sync and can be used again.
 
 Worker recycling is not implemented; a long-lived ALFWorld worker grows about 1 MB per game
-loaded (alfworld.md §4). Close and re-create the pool to recycle.
+loaded. Close and re-create the pool to recycle.
 """
 
 from __future__ import annotations

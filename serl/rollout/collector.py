@@ -1,6 +1,6 @@
 """The multi-turn rollout loop: prompts → engine → parse → env step → Step records → Groups.
 
-verl-agent's ``TrajectoryCollector.vanilla_multi_turn_loop`` (environments.md §1), with two
+verl-agent's ``TrajectoryCollector.vanilla_multi_turn_loop`` (``langfengQ/verl-agent@574dd5b:agent_system/multi_turn_rollout/rollout_loop.py``), with two
 departures: envs that are done are not stepped and produce no rows (the original steps them and
 drops the "garbage rows" later), and the action-token mask is computed here on the sampled ids.
 Every group's ``G`` envs replay the same task (same game file / goal and seed).
@@ -80,7 +80,7 @@ class Collector:
 
     # ------------------------------------------------------------------ prompts
     def chat_ids(self, user_text: str) -> list[int]:
-        """Token ids of a single-turn chat with generation prompt (serl.md §1.1 step 1)."""
+        """Token ids of a single-turn chat with generation prompt (``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``)."""
         return chat_prompt_ids(self.tokenizer, user_text)
 
     def _prompt(self, st: _EnvState) -> tuple[str, list[int], bool]:
@@ -164,7 +164,7 @@ class Collector:
                 st.traj.steps.append(step)
                 st.result = res
                 st.done = bool(res.done) or t + 1 >= self.max_steps
-                # next_observation_text: the full prompt of the following step (serl.md §1.1)
+                # next_observation_text: the full prompt of the following step (SERL, ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``)
                 step.next_prompt = self.build_prompt(
                     st.traj.task_text, res.observation, res.admissible_actions, st.history,
                     len(st.history), self.history_length)

@@ -1,7 +1,7 @@
 """Rollout engines: sample responses for a batch of prompt token ids.
 
 ``hf`` (the only engine so far) runs transformers ``generate`` batched with left padding on the
-policy's own weights (model.md §3: on CPU, bf16 HF generate is the fastest batched path with exact
+policy's own weights (on CPU, bf16 HF generate is the fastest batched path with exact
 log-probs). A vLLM engine for GPUs would implement the same :class:`RolloutEngine` protocol.
 """
 

@@ -4,12 +4,12 @@ One env plays one goal at a time. :meth:`WebShopEnv.reset` takes a :class:`Task`
 ``task_id`` is the goal index in WebShop's seed-233 order (``"h<k>"`` for human goal ``k``) and
 whose ``seed`` fixes the episode's hidden prices and budget (:mod:`serl.envs.webshop.goals`).
 
-Per step it returns (environments.md §2–§4, webshop.md §2, §5):
+Per step it returns (as ``princeton-nlp/WebShop``'s text env and verl-agent's, ``xlan156/verl-agent@8ca3a46``):
 
 * ``observation``: verl-agent's view of the page, i.e. the ``[SEP]`` segments after the
   instruction, each single-quoted, joined by ``" [SEP] "`` (the raw text when the page does not
   show the instruction, i.e. the done page). This is also the GiGPO / SERL anchor.
-* ``feedback``: the same page text after the action (serl.md §1.1: the next raw observation).
+* ``feedback``: the same page text after the action (the next raw observation, as SERL's ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``).
 * ``task``: the instruction text.
 * ``admissible_actions``: ``search[<your query>]`` on the start page, ``click[x]`` per clickable.
 * ``reward``: 10.0 when ``buy now`` scores exactly 1.0 (verl-agent's convention), else 0.0;
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from serl.config import EnvConfig
     from serl.trajectory import Trajectory
 
-#: verl-agent's WebShop episode limit (environments.md §4)
+#: verl-agent's WebShop episode limit (``langfengQ/verl-agent@574dd5b:agent_system/environments``)
 DEFAULT_MAX_STEPS = 15
 #: RL reward of a perfect purchase (verl-agent: 10 iff score == 1.0)
 SUCCESS_REWARD = 10.0
