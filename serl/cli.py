@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-# Must precede the first torch import (model.md §6.3: OpenMP spin-waiting next to env workers).
+# Must precede the first torch import: OpenMP threads spin-waiting would steal the env workers' cores.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -33,11 +33,11 @@ def _split_overrides(items: list[str]) -> tuple[str | None, list[str]]:
     return recipe, rest
 
 
-def _data_dir_override(args) -> list[str]:
-    return [f"env.data_dir={args.data_dir}"] if getattr(args, "data_dir", None) else []
+def _data_dir_override(args: argparse.Namespace) -> list[str]:
+    return [f"env.data_dir={args.data_dir}"] if args.data_dir else []
 
 
-def cmd_train(args) -> int:
+def cmd_train(args: argparse.Namespace) -> int:
     from serl.config import DEFAULT_RECIPE, load_config
     from serl.train.trainer import Trainer, load_run_config
 
@@ -75,7 +75,7 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cmd_eval(args) -> int:
+def cmd_eval(args: argparse.Namespace) -> int:
     from serl.config import DEFAULT_RECIPE, load_config
     from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
     from serl.rollout.engine import HFEngine
@@ -120,7 +120,7 @@ def cmd_eval(args) -> int:
     return 0
 
 
-def cmd_data(args) -> int:
+def cmd_data(args: argparse.Namespace) -> int:
     from serl.data.download import main_download
 
     return main_download(args.name, args.dest)

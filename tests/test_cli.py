@@ -18,6 +18,24 @@ def test_train_rejects_bad_value(capsys):
     assert "algorithm.serl.mixing_lambda" in capsys.readouterr().err
 
 
+def test_train_rejects_unknown_env_listing_the_valid_names(capsys):
+    assert main(["train", "env.name=nope"]) == 2
+    err = capsys.readouterr().err
+    assert "env.name" in err and "'alfworld', 'webshop'" in err and "Traceback" not in err
+
+
+def test_train_rejects_a_run_name_leaving_the_output_dir(capsys, tmp_path):
+    assert main(["train", f"trainer.output_dir={tmp_path}", "trainer.run_name=../escape"]) == 2
+    assert "trainer.run_name" in capsys.readouterr().err
+    assert not (tmp_path.parent / "escape").exists()
+
+
+def test_eval_rejects_bad_value_before_loading_a_model(capsys):
+    assert main(["eval", "model.path=/nonexistent/model", "actor.lr=inf"]) == 2
+    err = capsys.readouterr().err
+    assert "actor.lr" in err and "/nonexistent/model" not in err
+
+
 def test_train_rejects_unknown_recipe(capsys):
     assert main(["train", "recipe=nope"]) == 2
     assert "unknown recipe" in capsys.readouterr().err

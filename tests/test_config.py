@@ -42,3 +42,134 @@ def test_errors_name_the_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config("cpu", [override])
 
+
+
+# ---- each section validates itself, naming the full dotted key -------------------------------
+
+
+@pytest.mark.parametrize("override, key", [
+    ("model.dtype=float16", "model.dtype"),
+    ("model.train_dtype=fp8", "model.train_dtype"),
+    ("env.rollout.n=0", "env.rollout.n"),
+    ("env.max_steps=0", "env.max_steps"),
+    ("env.history_length=-1", "env.history_length"),
+    ("env.num_workers=-1", "env.num_workers"),
+    ("env.worker_timeout=0", "env.worker_timeout"),
+    ("data.train_batch_size=0", "data.train_batch_size"),
+    ("data.max_prompt_length=8", "data.max_prompt_length"),
+    ("data.max_response_length=0", "data.max_response_length"),
+    ("rollout.temperature=0", "rollout.temperature"),
+    ("rollout.micro_batch_size=0", "rollout.micro_batch_size"),
+    ("rollout.rollout_filter_ratio=1.5", "rollout.rollout_filter_ratio"),
+    ("rollout.rollout_filter_type=max", "rollout.rollout_filter_type"),
+    ("actor.ppo_epochs=0", "actor.ppo_epochs"),
+    ("actor.ppo_mini_batch_size=0", "actor.ppo_mini_batch_size"),
+    ("actor.ppo_micro_batch_size=0", "actor.ppo_micro_batch_size"),
+    ("actor.clip_ratio_c=1.0", "actor.clip_ratio_c"),
+    ("actor.policy_loss=ppo3", "actor.policy_loss"),
+    ("actor.loss_agg_mode=sum", "actor.loss_agg_mode"),
+    ("actor.kl_loss_type=k9", "actor.kl_loss_type"),
+    ("actor.kl_loss_coef=-1", "actor.kl_loss_coef"),
+    ("actor.clip_cov_ratio=0", "actor.clip_cov_ratio"),
+    ("actor.clip_cov_lb=9", "actor.clip_cov_lb"),
+    ("actor.loss_scale_factor=0", "actor.loss_scale_factor"),
+    ("algorithm.gamma=1.5", "algorithm.gamma"),
+    ("algorithm.max_toolcall_steps=0", "algorithm.max_toolcall_steps"),
+    ("algorithm.gigpo.mode=median", "algorithm.gigpo.mode"),
+    ("algorithm.gigpo.similarity_thresh=1.0", "algorithm.gigpo.similarity_thresh"),
+    ("algorithm.gigpo.similarity_backend=levenshtein", "algorithm.gigpo.similarity_backend"),
+    ("algorithm.spear.trajectory_buffer_size=0", "algorithm.spear.trajectory_buffer_size"),
+    ("algorithm.spear.baseline_buffer_size=0", "algorithm.spear.baseline_buffer_size"),
+    ("algorithm.spear.trajectory_tolerate_steps=-1", "algorithm.spear.trajectory_tolerate_steps"),
+    ("algorithm.spear.replay_loss_coef=-0.1", "algorithm.spear.replay_loss_coef"),
+    ("algorithm.serl.weight_clip=1.0", "algorithm.serl.weight_clip"),
+    ("trainer.device=tpu", "trainer.device"),
+    ("trainer.logger=[jsonl,wandb]", "trainer.logger"),
+    ("trainer.max_checkpoints_to_keep=-1", "trainer.max_checkpoints_to_keep"),
+    ("trainer.test_freq=-1", "trainer.test_freq"),
+    ("trainer.num_threads=-1", "trainer.num_threads"),
+])
+def test_each_section_rejects_bad_values(override, key):
+    with pytest.raises(ConfigError, match="^" + key.replace(".", r"\.") + ":"):
+        load_config(None, [override])
+
+
+def test_section_validate_methods_run_alone():
+    from serl.config import ActorConfig, Config, EnvConfig, GiGPOConfig, SpearConfig, TrainerConfig
+
+    for section in (ActorConfig(), EnvConfig(), GiGPOConfig(), SpearConfig(), TrainerConfig()):
+        section.validate()  # the defaults are valid
+    Config().validate()
+    with pytest.raises(ConfigError, match=r"^actor\.clip_ratio:"):
+        ActorConfig(clip_ratio=0.0).validate()
+    with pytest.raises(ConfigError, match=r"^algorithm\.gigpo\.mode:"):
+        GiGPOConfig(mode="x").validate()
+    with pytest.raises(ConfigError, match=r"^algorithm\.spear\.trajectory_staleness_reference:"):
+        SpearConfig(trajectory_staleness_reference="oldest").validate()
+    cfg = Config()
+    cfg.algorithm.spear.trajectory_buffer_size = 0  # a nested section is reached from the top
+    with pytest.raises(ConfigError, match=r"^algorithm\.spear\.trajectory_buffer_size:"):
+        cfg.validate()
+
+
+# ---- issue 10's rejections ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("override, key", [
+    ("actor.clip_ratio=0", "actor.clip_ratio"),
+    ("actor.clip_ratio=-0.2", "actor.clip_ratio"),
+    ("actor.clip_ratio_low=-0.1", "actor.clip_ratio_low"),
+    ("actor.clip_ratio_high=-0.01", "actor.clip_ratio_high"),
+    ("actor.lr=0", "actor.lr"),
+    ("actor.lr=-1e-6", "actor.lr"),
+    ("actor.lr=inf", "actor.lr"),
+    ("actor.lr=nan", "actor.lr"),
+    ("trainer.save_freq=-1", "trainer.save_freq"),
+    ("trainer.total_training_steps=-1", "trainer.total_training_steps"),
+    ("trainer.run_name=/tmp/run", "trainer.run_name"),
+    ("trainer.run_name=../run", "trainer.run_name"),
+    ("trainer.run_name=..", "trainer.run_name"),
+    ("trainer.run_name=a..b", "trainer.run_name"),
+    ("trainer.run_name=a/b", "trainer.run_name"),
+    (r"trainer.run_name=a\b", "trainer.run_name"),
+    (r"trainer.run_name=C:\runs", "trainer.run_name"),
+    ("trainer.run_name=.", "trainer.run_name"),
+])
+def test_unsafe_values_are_rejected(override, key):
+    with pytest.raises(ConfigError, match="^" + key.replace(".", r"\.") + ":"):
+        load_config(None, [override])
+
+
+def test_edge_values_that_stay_valid():
+    c = load_config(None, ["actor.clip_ratio_low=0", "actor.clip_ratio_high=0.28", "trainer.save_freq=0",
+                           "trainer.total_training_steps=0", "trainer.run_name=my-run_1.v2"])
+    assert c.actor.clip_ratio_low == 0.0 and c.trainer.run_name == "my-run_1.v2"
+    assert load_config(None, ["trainer.run_name=null"]).trainer.run_name is None
+
+
+def test_config_from_yaml_validates_too():
+    from serl.config import config_from_yaml, to_yaml
+
+    text = to_yaml(load_config())
+    assert config_from_yaml(text).actor.lr == load_config().actor.lr
+    with pytest.raises(ConfigError, match=r"^actor\.lr:"):
+        config_from_yaml(text.replace("  lr: 1.0e-06", "  lr: .inf"))
+
+
+# ---- env.name against the registry ------------------------------------------------------------
+
+
+def test_unknown_env_name_fails_at_load_config_with_the_valid_names():
+    with pytest.raises(ConfigError, match=r"^env\.name: unknown env 'nope'; valid: \['alfworld', 'webshop'\]"):
+        load_config(None, ["env.name=nope"])
+
+
+def test_env_name_is_checked_without_importing_the_env_modules():
+    import subprocess
+    import sys
+
+    code = ("import sys; from serl.config import load_config; load_config('webshop'); "
+            "bad = [m for m in ('serl.envs.alfworld', 'serl.envs.webshop', 'serl.envs.webshop.env') if m in sys.modules]; "
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -12,9 +12,12 @@ index arrays, so they are tested on hand-computed cases.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Hashable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Optional, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from serl.config import AlgorithmConfig, GiGPOConfig
 
 ADVANTAGE_REGISTRY: dict[str, Callable] = {}
 
@@ -119,7 +122,7 @@ def group_mean_std(
 
 
 @register_advantage("grpo")
-def grpo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+def grpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
     """GRPO outcome advantage over step rows (gigpo_grpo.md §2, serl.md §2.1).
 
     ``A_i = (R_i - mean_g) / (std_g + 1e-6)`` with ``norm_adv_by_std_in_grpo``, else
@@ -211,7 +214,7 @@ def invalid_action_penalty(invalid: torch.Tensor, coef: float, enabled: bool = T
 
 
 @register_advantage("drgrpo")
-def drgrpo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+def drgrpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
     """Dr.GRPO: ``A_i = R_i − mean_g`` whatever ``norm_adv_by_std_in_grpo`` says (gigpo_grpo.md
     §2; equal to ``grpo`` with ``algorithm.norm_adv_by_std_in_grpo=False``, the Dr.BoT/SPEAR
     setting of spear.md §6). Statistics pool as in :func:`grpo_advantage`; a single-value group
@@ -227,7 +230,7 @@ def drgrpo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
 
 
 @register_advantage("rloo")
-def rloo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+def rloo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
     """RLOO, leave-one-out baseline (gigpo_grpo.md §2 "Other estimators").
 
     ``A_i = n/(n−1) · (R_i − mean_g)`` = ``R_i − mean of the other n−1 pooled values``, with
@@ -254,7 +257,7 @@ def rloo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
 
 
 @register_advantage("reinforce_plus_plus_baseline")
-def reinforce_plus_plus_baseline_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+def reinforce_plus_plus_baseline_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
     """REINFORCE++ with a group baseline, whitened over the batch (gigpo_grpo.md §2).
 
     ``x_i = R_i − mean_g`` (pooling as :func:`grpo_advantage`; a single-value group has
@@ -492,7 +495,7 @@ def gigpo_step_returns(data: AdvantageInput, gamma: float) -> torch.Tensor:
     return ret
 
 
-def gigpo_anchor_index(data: AdvantageInput, gigpo_cfg) -> torch.Tensor:
+def gigpo_anchor_index(data: AdvantageInput, gigpo_cfg: GiGPOConfig) -> torch.Tensor:
     """The anchor-state group of every row (gigpo_grpo.md §3.3): ``data.anchor_index`` if given,
     else :func:`anchor_groups` of ``data.anchor_obs`` inside each ``data.group_index`` — exact, or
     with ``gigpo_cfg.enable_similarity`` by ``similarity_thresh`` / ``similarity_backend``.
@@ -518,7 +521,7 @@ def gigpo_anchor_index(data: AdvantageInput, gigpo_cfg) -> torch.Tensor:
 
 
 @register_advantage("gigpo")
-def gigpo_advantage(data: AdvantageInput, cfg) -> torch.Tensor:
+def gigpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
     """GiGPO: episode-level plus anchor-state step-level relative advantage (gigpo_grpo.md §3,
     GiGPO paper Eqs. 3, 5–8).
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from serl.config import AlgorithmConfig
 
 RESPONSE_FILTERS = ("overlong", "incomplete", "repetitive", "unreadable")
 ROLLOUT_FILTER_TYPES = ("std", "std_rev")
@@ -107,7 +110,7 @@ def response_flags(
     return {k: torch.tensor(v, dtype=torch.bool) for k, v in out.items()}
 
 
-def enabled_filters(algorithm_cfg) -> dict[str, bool]:
+def enabled_filters(algorithm_cfg: AlgorithmConfig) -> dict[str, bool]:
     """``{"overlong": algorithm.filter_overlong_responses, ...}`` for :func:`apply_response_filters`."""
     return {name: bool(getattr(algorithm_cfg, f"filter_{name}_responses")) for name in RESPONSE_FILTERS}
 

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from serl.config import Config
 
 from serl.algos.filters import group_reward_stats, largest_power_of_two_le
 
 __all__ = [
     "ReplayBuffer", "ReplayRow", "group_reward_stats", "percentile", "recalibrate_advantages",
-    "replay_coef", "toolcall_bonus", "validate_spear_config",
+    "replay_coef", "toolcall_bonus",
 ]
 
 TOOLCALL_MODES = ("none", "constant", "cosine")
@@ -292,7 +295,7 @@ class ReplayBuffer:
         self.reward_std_history: list[tuple[int, list[float]]] = []
 
     @classmethod
-    def from_config(cls, cfg) -> "ReplayBuffer":
+    def from_config(cls, cfg: Config) -> "ReplayBuffer":
         """Build from the top-level :class:`serl.config.Config` (``algorithm.spear.*`` and
         ``algorithm.norm_adv_by_std_in_grpo``)."""
         s = cfg.algorithm.spear
@@ -502,51 +505,3 @@ class ReplayBuffer:
         if len(means) != len(stds):
             raise ValueError("reward_mean_history and reward_std_history differ in length")
         self.entries, self.reward_mean_history, self.reward_std_history = entries, means, stds
-
-
-# --------------------------------------------------------------------------------------------
-# Config validation for issue 5's keys
-# --------------------------------------------------------------------------------------------
-
-
-def validate_spear_config(cfg) -> None:
-    """Check the keys of GiGPO, the policy losses, the Dr.BoT filters and SPEAR; raises
-    ``ConfigError`` naming the bad key. Called by :func:`serl.config.validate`."""
-    from serl.algos.advantages import GIGPO_MODES, SIMILARITY_BACKENDS
-    from serl.algos.filters import ROLLOUT_FILTER_TYPES
-    from serl.algos.losses import KL_TYPES
-    from serl.config import ConfigError
-
-    def check(cond: bool, key: str, msg: str) -> None:
-        if not cond:
-            raise ConfigError(f"{key}: {msg}")
-
-    a, actor, s = cfg.algorithm, cfg.actor, cfg.algorithm.spear
-    check(0.0 <= a.gamma <= 1.0, "algorithm.gamma", f"must be in [0, 1], got {a.gamma}")
-    check(a.gigpo.mode in GIGPO_MODES, "algorithm.gigpo.mode", f"unknown mode {a.gigpo.mode!r}; valid: {list(GIGPO_MODES)}")
-    check(0.0 < a.gigpo.similarity_thresh < 1.0, "algorithm.gigpo.similarity_thresh", "must be strictly inside (0, 1)")
-    check(a.gigpo.similarity_backend in SIMILARITY_BACKENDS, "algorithm.gigpo.similarity_backend",
-          f"valid: {list(SIMILARITY_BACKENDS)}")
-    check(a.use_toolcall_reward in TOOLCALL_MODES, "algorithm.use_toolcall_reward",
-          f"unknown mode {a.use_toolcall_reward!r}; valid: {list(TOOLCALL_MODES)}")
-    check(a.max_toolcall_steps > 0, "algorithm.max_toolcall_steps", "must be > 0")
-    check(0.0 < cfg.rollout.rollout_filter_ratio <= 1.0, "rollout.rollout_filter_ratio", "must be in (0, 1]")
-    check(cfg.rollout.rollout_filter_type in ROLLOUT_FILTER_TYPES, "rollout.rollout_filter_type",
-          f"valid: {list(ROLLOUT_FILTER_TYPES)}")
-    check(actor.kl_loss_type in KL_TYPES, "actor.kl_loss_type", f"unknown estimator {actor.kl_loss_type!r}; valid: {list(KL_TYPES)}")
-    check(actor.kl_loss_coef >= 0, "actor.kl_loss_coef", "must be >= 0")
-    for key in ("clip_cov_ratio", "kl_cov_ratio", "clip_cov_ratio_replay", "kl_cov_ratio_replay"):
-        v = getattr(actor, key)
-        check(v is None or 0.0 < v <= 1.0, f"actor.{key}", f"must be in (0, 1], got {v}")
-    check(actor.clip_cov_lb < actor.clip_cov_ub, "actor.clip_cov_lb", "must be < actor.clip_cov_ub")
-    if actor.clip_cov_lb_replay is not None and actor.clip_cov_ub_replay is not None:
-        check(actor.clip_cov_lb_replay < actor.clip_cov_ub_replay, "actor.clip_cov_lb_replay",
-              "must be < actor.clip_cov_ub_replay")
-    check(actor.ppo_kl_coef >= 0, "actor.ppo_kl_coef", "must be >= 0")
-    check(actor.loss_scale_factor is None or actor.loss_scale_factor > 0, "actor.loss_scale_factor", "must be > 0")
-    check(s.trajectory_buffer_size >= 1, "algorithm.spear.trajectory_buffer_size", "must be >= 1")
-    check(s.baseline_buffer_size >= 1, "algorithm.spear.baseline_buffer_size", "must be >= 1")
-    check(s.trajectory_tolerate_steps >= 0, "algorithm.spear.trajectory_tolerate_steps", "must be >= 0")
-    check(s.trajectory_staleness_reference in STALENESS_REFERENCES, "algorithm.spear.trajectory_staleness_reference",
-          f"valid: {list(STALENESS_REFERENCES)}")
-    check(s.replay_loss_coef >= 0, "algorithm.spear.replay_loss_coef", "must be >= 0")

@@ -3,9 +3,9 @@
 One :class:`AlfWorldEnv` plays one game at a time. It drives TextWorld 1.7.0's PDDL engine
 through alfworld's ``AlfredDemangler`` (object ids -> names such as ``apple 2``) and
 ``AlfredInfos`` wrappers, exactly as ALFWorld's own ``AlfredTWEnv`` does, but reads game files
-directly, so the train split works without ``traj_data.json`` (alfworld.md §5, pitfall 2).
+directly, so the train split works without ``traj_data.json`` (as ``alfworld/alfworld`` 0.4.2 does).
 
-Behaviour (environments.md §3-4, alfworld.md §3):
+Behaviour (as verl-agent's ALFWorld env, ``langfengQ/verl-agent@574dd5b:agent_system/environments``, and ``alfworld/alfworld`` 0.4.2):
 
 * ``reset(task)`` loads ``task.task_id`` (a ``game.tw-pddl`` path) into one reused TextWorld env
   (``env.load``), and returns the first observation with the ``-= Welcome to TextWorld,
@@ -30,15 +30,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from serl.envs.base import EnvError, StepResult, Task, register_env
+from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
 
-#: the banner TextWorld puts in front of the first ALFWorld observation (alfworld.md §5.11)
+#: the banner TextWorld puts in front of the first ALFWorld observation
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 #: the sentence that introduces the task in the first observation
 TASK_PREFIX = "Your task is to: "
-#: reward of the winning step (environments.md §4: ``10 * won``)
+#: reward of the winning step (verl-agent: ``10 * won``)
 WIN_REWARD = 10.0
-#: ALFWorld's own step limit (environments.md §4)
+#: ALFWorld's own step limit (verl-agent: 50)
 DEFAULT_MAX_STEPS = 50
 #: the six ALFWorld task types (the task-folder prefixes)
 TASK_TYPES = (
@@ -100,7 +100,7 @@ def task_type_of(gamefile: str | os.PathLike) -> str:
     """The task type of a game path: the task-folder name up to its first ``-``
     (``.../pick_heat_then_place_in_recep-Apple-None-Fridge-10/trial_.../game.tw-pddl`` ->
     ``pick_heat_then_place_in_recep``). Verified equal to ``traj_data.task_type``
-    (alfworld.md §5, pitfall 2)."""
+    (as ``alfworld/alfworld`` 0.4.2 does)."""
     return Path(gamefile).parent.parent.name.split("-", 1)[0]
 
 
@@ -124,7 +124,7 @@ def _read_game_json(path: Path) -> dict[str, Any]:
 def walkthrough(task: Task | str | os.PathLike) -> list[str]:
     """The game's stored winning command list (the ``walkthrough`` key of ``game.tw-pddl``).
 
-    Replayed from the initial state it wins the game (alfworld.md §3, "Experts"); useful for
+    Replayed from the initial state it wins the game (ALFWorld's handcoded expert, ``alfworld/alfworld`` 0.4.2); useful for
     demonstrations, SFT data and tests. ``task`` is a :class:`Task` or a game path.
 
     Raises:
@@ -143,7 +143,7 @@ def walkthrough(task: Task | str | os.PathLike) -> list[str]:
 
 def strip_banner(text: str) -> str:
     """Remove TextWorld's ``-= Welcome to TextWorld, ALFRED! =-`` banner and the blank lines
-    after it from the start of an observation (alfworld.md §5.11)."""
+    after it from the start of an observation."""
     stripped = text.lstrip()
     if stripped.startswith(BANNER):
         return stripped[len(BANNER):].lstrip()
@@ -152,22 +152,21 @@ def strip_banner(text: str) -> str:
 
 def extract_task(observation: str) -> str:
     """The task sentence: the text after ``"Your task is to: "`` (verl-agent's extraction,
-    environments.md §2), stripped; ``""`` if the observation has none."""
+    ``langfengQ/verl-agent@574dd5b:agent_system/environments``), stripped; ``""`` if the observation has none."""
     idx = observation.find(TASK_PREFIX)
     if idx < 0:
         return ""
     return observation[idx + len(TASK_PREFIX):].strip()
 
 
-@register_env("alfworld")
-class AlfWorldEnv:
+class AlfWorldEnv(BaseTextEnv):
     """One ALFWorld game at a time, on TextWorld's PDDL engine (see the module docstring).
 
     Args:
-        max_steps: the episode step limit (environments.md §4: 50). ``done`` becomes True when
+        max_steps: the episode step limit (verl-agent: 50). ``done`` becomes True when
             the number of ``step`` calls since ``reset`` reaches it.
         data_dir: the data folder used to resolve relative game paths and to set
-            ``ALFWORLD_DATA`` (when unset) before alfworld is imported (alfworld.md pitfall 1);
+            ``ALFWORLD_DATA`` (when unset) before alfworld is imported (``alfworld/alfworld`` 0.4.2 otherwise sets it itself);
             see :func:`resolve_data_dir`.
 
     Every constructor argument is a plain picklable value, so :class:`serl.envs.pool.EnvPool`
@@ -176,6 +175,7 @@ class AlfWorldEnv:
     """
 
     name = "alfworld"
+    prompt_builder = "serl.agent.prompts.alfworld:build_prompt"
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None):
         if int(max_steps) < 1:
@@ -192,7 +192,7 @@ class AlfWorldEnv:
     def _import_engine(self):
         """Import textworld and alfworld's wrappers, setting ``ALFWORLD_DATA`` first."""
         # alfworld.info overwrites ALFWORLD_DATA with ~/.cache/alfworld (and creates it) if it is
-        # unset at import time (alfworld.md §5, pitfall 1). Our game paths are absolute, so the
+        # unset at import time (``alfworld/alfworld`` 0.4.2). Our game paths are absolute, so the
         # variable only has to point somewhere sensible.
         os.environ.setdefault("ALFWORLD_DATA", str(self.data_dir))
         try:
@@ -202,7 +202,7 @@ class AlfWorldEnv:
             raise EnvError(
                 f"the ALFWorld env needs alfworld==0.4.2 (which brings textworld 1.7.0): {e}. "
                 "Install it with `pip install alfworld==0.4.2` (needs g++, cmake and make to build "
-                "fast-downward-textworld; alfworld.md §1)."
+                "fast-downward-textworld)."
             ) from e
         return textworld, AlfredDemangler, AlfredInfos
 
@@ -319,7 +319,7 @@ class AlfWorldEnv:
             won=won,
             feedback=feedback,
             task=self._task_text,
-            # extra.gamefile is only set at reset (alfworld.md pitfall 4): use our own copy.
+            # extra.gamefile is only set at reset (in ``alfworld/alfworld`` 0.4.2): use our own copy.
             info={"gamefile": self._gamefile, "steps": self._steps},
         )
 
@@ -336,9 +336,9 @@ class AlfWorldEnv:
 
         Globs ``<data_dir>/json_2.1.1/<split>/*/*/game.tw-pddl``, sorted by path (deterministic),
         skipping games whose path below the split folder contains ``movable`` or ``Sliced`` as ALFWorld does
-        (environments.md §5). ``task_id`` is the absolute game path and ``task_type`` the
+        (``alfworld/alfworld`` 0.4.2). ``task_id`` is the absolute game path and ``task_type`` the
         task-folder prefix (:func:`task_type_of`). The ``solvable`` flag is not read (it is true
-        for every game of ALFWorld 0.4's data, alfworld.md §5) so listing stays fast.
+        for every game of ALFWorld 0.4's data) so listing stays fast.
         ``data_dir`` follows :func:`resolve_data_dir`. Extra keyword arguments are accepted
         for interface compatibility and ignored.
 

@@ -1,20 +1,32 @@
 """The text-environment protocol every serl environment implements.
 
-Environments know nothing of LLMs (DESIGN.md, "Principles"): they take an action *string* and
+Environments know nothing of LLMs: they take an action *string* and
 return the raw observation, the admissible actions, the reward, ``done``/``won`` and the
 immediate feedback (the engine's reply to the action). Prompts and parsing live in
 :mod:`serl.agent`.
 
 An environment is built from a :class:`Task` (which game / goal to play) so that the
-``G`` rollouts of a group replay the identical task (environments.md §1, "Group environments").
+``G`` rollouts of a group replay the identical task (as verl-agent's group environments do,
+``langfengQ/verl-agent@574dd5b:agent_system/environments/env_manager.py``).
+
+Environments are found by name through a registry of *entry points* (``name -> "module:Class"``,
+as gymnasium's ``register(id, entry_point=...)``): :data:`ENV_ENTRY_POINTS`,
+:func:`register_env`, :func:`get_env_class`. The env modules are imported only when an env class
+is asked for, so this module stays a leaf (it imports nothing from the env modules) and a config
+can check ``env.name`` without importing ALFWorld or WebShop.
 """
 
 from __future__ import annotations
 
-from serl.errors import EnvError  # noqa: F401  (re-exported)
-
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
+
+from serl.errors import ConfigError, EnvError  # noqa: F401  (EnvError re-exported)
+
+if TYPE_CHECKING:
+    from serl.config import EnvConfig
+    from serl.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
@@ -44,9 +56,9 @@ class StepResult:
     Attributes:
         observation: the raw observation *after* the action (at reset: the initial one).
             For ALFWorld the TextWorld banner is stripped. This is also the anchor text used by
-            GiGPO / SERL anchor grouping (gigpo_grpo.md §3.3).
+            GiGPO / SERL anchor grouping (GiGPO, arXiv 2505.10978, "anchor states").
         admissible_actions: the actions the engine accepts now (for the prompt only; actions
-            outside it are still sent to the engine, environments.md §3).
+            outside it are still sent to the engine, as in verl-agent).
         reward: env reward of this step (ALFWorld ``10 * won``; WebShop 10 iff the purchase
             scores 1.0). 0.0 at reset.
         done: the episode has ended (won, bought, or the env's own step limit).
@@ -72,7 +84,8 @@ class TextEnv(Protocol):
     """A single-episode-at-a-time multi-turn text environment (Gymnasium-style).
 
     Implementations must be picklable-constructible in a worker process from keyword arguments
-    (see :mod:`serl.envs.pool`), and must not import torch or transformers.
+    (see :mod:`serl.envs.pool`), and must not import torch or transformers. Subclass
+    :class:`BaseTextEnv` to get the config hooks the trainer uses.
     """
 
     #: registry name, e.g. ``"alfworld"``
@@ -94,37 +107,151 @@ class TextEnv(Protocol):
 
 
 
+class BaseTextEnv:
+    """Default config hooks of a :class:`TextEnv`; serl's envs and users' envs subclass it.
 
-# --------------------------------------------------------------------------------------------
-# Registry: name -> (env class, task lister). Environments register themselves on import.
-# --------------------------------------------------------------------------------------------
+    The trainer and the rollout reach env-specific behaviour only through these hooks, so a new
+    environment needs no change outside its own module (and, for its prompt, ``serl.agent``):
 
-ENV_REGISTRY: dict[str, type] = {}
+    - :meth:`config_kwargs` / :meth:`from_config`: the constructor arguments taken from the
+      ``env`` config section (plain picklable values: env worker processes build the env from
+      them);
+    - :meth:`tasks_from_config`: the tasks of a split;
+    - :attr:`prompt_builder`: ``"module:function"`` of the step-prompt builder (see
+      :mod:`serl.agent.prompts`), resolved lazily by :func:`serl.agent.prompts.get_prompt_builder`;
+      the env itself never imports it (envs know nothing of LLMs);
+    - :meth:`episode_metrics`: extra evaluation metrics of finished episodes.
 
-
-def register_env(name: str):
-    """Class decorator adding an environment class to :data:`ENV_REGISTRY` under ``name``.
-
-    The class must implement :class:`TextEnv` and a classmethod
-    ``list_tasks(split: str, data_dir: str | None, **kwargs) -> list[Task]``.
+    A subclass must also implement ``reset``, ``step``, ``close`` (:class:`TextEnv`) and the
+    classmethod ``list_tasks(split, data_dir=None, **kwargs) -> list[Task]``.
     """
 
-    def deco(cls):
-        ENV_REGISTRY[name] = cls
-        cls.name = name
+    #: registry name, e.g. ``"alfworld"``
+    name: str = ""
+    #: ``"module:function"`` of the prompt builder in :mod:`serl.agent.prompts` ("" = none)
+    prompt_builder: str = ""
+
+    @classmethod
+    def config_kwargs(cls, env_cfg: "EnvConfig") -> dict[str, Any]:
+        """Constructor keyword arguments from the ``env`` section: ``max_steps`` and ``data_dir``."""
+        return {"max_steps": env_cfg.max_steps, "data_dir": env_cfg.data_dir}
+
+    @classmethod
+    def from_config(cls, env_cfg: "EnvConfig") -> "BaseTextEnv":
+        """An env built from the ``env`` section (``cls(**cls.config_kwargs(env_cfg))``)."""
+        return cls(**cls.config_kwargs(env_cfg))
+
+    @classmethod
+    def tasks_from_config(cls, env_cfg: "EnvConfig", split: str) -> list[Task]:
+        """The tasks of ``split`` (``cls.list_tasks(split, env_cfg.data_dir)``).
+
+        Raises:
+            EnvError: as ``list_tasks`` (unknown split, missing data).
+        """
+        return cls.list_tasks(split, env_cfg.data_dir)  # type: ignore[attr-defined]
+
+    @classmethod
+    def episode_metrics(cls, trajectories: Sequence["Trajectory"]) -> dict[str, float]:
+        """Env-specific evaluation metrics of finished episodes (none by default)."""
+        return {}
+
+
+# --------------------------------------------------------------------------------------------
+# Registry: name -> "module:Class" entry point, imported lazily.
+# --------------------------------------------------------------------------------------------
+
+#: the environments serl knows, as ``name -> "module:Class"``; :func:`register_env` adds more
+ENV_ENTRY_POINTS: dict[str, str] = {
+    "alfworld": "serl.envs.alfworld:AlfWorldEnv",
+    "webshop": "serl.envs.webshop.env:WebShopEnv",
+}
+
+
+def _check_entry_point(entry_point: str) -> tuple[str, str]:
+    module, sep, attr = entry_point.partition(":")
+    if not sep or not module or not attr:
+        raise ConfigError(f"env entry point {entry_point!r} must look like 'package.module:ClassName'")
+    return module, attr
+
+
+def load_entry_point(entry_point: str) -> Any:
+    """Import ``"package.module:Name"`` and return ``Name`` (dots in ``Name`` walk attributes).
+
+    Raises:
+        ConfigError: ``entry_point`` is not of the form ``module:Name``.
+        EnvError: the module cannot be imported or has no such attribute.
+    """
+    module, attr = _check_entry_point(entry_point)
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise EnvError(f"cannot load entry point {entry_point!r}: {type(e).__name__}: {e}") from e
+    return obj
+
+
+def register_env(name: str, entry_point: "str | type | None" = None) -> Callable[[type], type]:
+    """Register an environment under ``name`` (as gymnasium's ``register(id, entry_point=...)``).
+
+    ``register_env("mygame", "my_pkg.envs:MyGameEnv")`` registers by entry point: the module is
+    imported only when the env is used, and env worker processes import it themselves, so it
+    must be importable there (on ``sys.path``). Passing a class registers that class's own
+    module and name. Without ``entry_point``, returns a class decorator doing the same. The
+    class should subclass :class:`BaseTextEnv`. Registering an existing name replaces it.
+
+    Raises:
+        ConfigError: an empty name or an entry point not of the form ``module:Class``.
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"env name must be a non-empty string, got {name!r}")
+
+    def deco(cls: type) -> type:
+        ENV_ENTRY_POINTS[name] = f"{cls.__module__}:{cls.__qualname__}"
+        _LOADED.pop(name, None)
         return cls
 
+    if entry_point is None:
+        return deco
+    if isinstance(entry_point, type):
+        deco(entry_point)
+    else:
+        _check_entry_point(entry_point)
+        ENV_ENTRY_POINTS[name] = entry_point
+        _LOADED.pop(name, None)
     return deco
 
 
+_LOADED: dict[str, type] = {}
+
+
+def env_names() -> list[str]:
+    """The registered env names, sorted."""
+    return sorted(ENV_ENTRY_POINTS)
+
+
+def env_entry_point(name: str) -> str:
+    """The ``"module:Class"`` entry point of the env registered as ``name``.
+
+    Raises:
+        ConfigError: ``name`` is not registered; the message lists the valid names.
+    """
+    try:
+        return ENV_ENTRY_POINTS[name]
+    except (KeyError, TypeError):
+        raise ConfigError(f"env.name: unknown env {name!r}; valid: {env_names()}") from None
+
+
 def get_env_class(name: str) -> type:
-    """Return the env class registered as ``name``; raises ``KeyError`` listing the valid names."""
-    # Import the built-in environments lazily so `import serl` stays light.
-    if name not in ENV_REGISTRY:
-        if name == "alfworld":
-            from serl.envs import alfworld  # noqa: F401
-        elif name == "webshop":
-            from serl.envs import webshop  # noqa: F401
-    if name not in ENV_REGISTRY:
-        raise KeyError(f"unknown env.name {name!r}; valid: {sorted(set(ENV_REGISTRY) | {'alfworld', 'webshop'})}")
-    return ENV_REGISTRY[name]
+    """The env class registered as ``name``, importing its module on first use.
+
+    Raises:
+        ConfigError: ``name`` is not registered; the message lists the valid names.
+        EnvError: its entry point cannot be imported, or is not a class.
+    """
+    if name not in _LOADED:
+        cls = load_entry_point(env_entry_point(name))
+        if not isinstance(cls, type):
+            raise EnvError(f"env entry point {ENV_ENTRY_POINTS[name]!r} of {name!r} is not a class")
+        _LOADED[name] = cls
+    return _LOADED[name]

@@ -1,8 +1,8 @@
 """EnvPool: step many text environments in parallel worker processes.
 
 ``EnvPool(env_name, num_envs, num_workers, env_kwargs)`` owns ``num_envs`` environments; env
-``i`` lives in worker ``i % num_workers`` (DESIGN.md "Shape"; the local counterpart of
-verl-agent's one-Ray-actor-per-env layer, environments.md §1). Every call addresses all envs at
+``i`` lives in worker ``i % num_workers`` (the local counterpart of
+verl-agent's one-Ray-actor-per-env layer, ``langfengQ/verl-agent@574dd5b:agent_system/environments``). Every call addresses all envs at
 once, one LLM turn for all of them:
 
 * ``reset(tasks)`` / ``step(actions)``: blocking; a ``None`` task or action leaves that env
@@ -34,7 +34,7 @@ worker does not break the pool: the worker finishes the other envs of the call f
 pool stays in sync and can be used again.
 
 Worker recycling is not implemented; a long-lived ALFWorld worker grows about 1 MB per game
-loaded (alfworld.md §4). Close and re-create the pool to recycle.
+loaded. Close and re-create the pool to recycle.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from serl.envs.base import StepResult, Task, get_env_class
+from serl.envs.base import StepResult, Task, env_entry_point, get_env_class, load_entry_point
 from serl.errors import EnvError, EnvWorkerError  # noqa: F401  (EnvWorkerError re-exported)
 
 #: how long one ``wait`` slice lasts while the parent also checks that workers are alive (s)
@@ -88,7 +88,10 @@ def _first_of(errors: list[EnvWorkerError]) -> EnvWorkerError:
 
 
 def _resolve_env_class(env_ref: str | type) -> type:
-    return env_ref if isinstance(env_ref, type) else get_env_class(env_ref)
+    """An env class given as a class, a ``"module:Class"`` entry point or a registered name."""
+    if isinstance(env_ref, type):
+        return env_ref
+    return load_entry_point(env_ref) if ":" in env_ref else get_env_class(env_ref)
 
 
 def _serve(conn: Connection, envs: dict[int, Any]) -> None:
@@ -188,8 +191,10 @@ class EnvPool:
     """``num_envs`` environments of one kind, stepped in parallel worker processes.
 
     Args:
-        env_name: registry name (``"alfworld"``, ``"webshop"``) or an env class (it must be
-            importable by reference in a fresh interpreter, i.e. defined at module level).
+        env_name: registry name (``"alfworld"``, ``"webshop"``, or one added with
+            :func:`serl.envs.base.register_env`), a ``"module:Class"`` entry point, or an env
+            class (it must be importable by reference in a fresh interpreter, i.e. defined at
+            module level).
         num_envs: number of environments (>= 1).
         num_workers: worker processes (capped at ``num_envs``); env ``i`` lives in worker
             ``i % num_workers``. ``0`` = serial in-process mode.
@@ -199,6 +204,7 @@ class EnvPool:
 
     Raises:
         ValueError: bad sizes.
+        ConfigError: ``env_name`` is not a registered name (the message lists the valid ones).
         EnvWorkerError: a worker failed to start or to build its envs.
 
     Use as a context manager, or call :meth:`close`.
@@ -218,6 +224,8 @@ class EnvPool:
             raise ValueError(f"num_workers must be >= 0 (0 = serial in-process), got {num_workers}")
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if isinstance(env_name, str) and ":" not in env_name:
+            env_entry_point(env_name)  # an unknown name fails here, listing the valid ones
         self.env_name = env_name
         self.num_envs = int(num_envs)
         self.num_workers = min(int(num_workers), self.num_envs)
@@ -264,7 +272,10 @@ class EnvPool:
             self._workers.append(_Worker(w, proc, parent_conn, indices))
         try:
             for wk in self._workers:
-                spec = pickle.dumps((self.env_name, self.env_kwargs, wk.env_indices))
+                # a registered name travels as its entry point: the worker is a fresh
+                # interpreter that does not see the parent's register_env calls
+                ref = self.env_name if isinstance(self.env_name, type) or ":" in self.env_name else env_entry_point(self.env_name)
+                spec = pickle.dumps((ref, self.env_kwargs, wk.env_indices))
                 wk.conn.send(("init", list(sys.path), spec))
             for wk in self._workers:
                 self._await_ready(wk)

@@ -1,6 +1,6 @@
 """The multi-turn rollout loop: prompts → engine → parse → env step → Step records → Groups.
 
-verl-agent's ``TrajectoryCollector.vanilla_multi_turn_loop`` (environments.md §1), with two
+verl-agent's ``TrajectoryCollector.vanilla_multi_turn_loop`` (``langfengQ/verl-agent@574dd5b:agent_system/multi_turn_rollout/rollout_loop.py``), with two
 departures: envs that are done are not stepped and produce no rows (the original steps them and
 drops the "garbage rows" later), and the action-token mask is computed here on the sampled ids.
 Every group's ``G`` envs replay the same task (same game file / goal and seed).
@@ -12,7 +12,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from serl.agent.chat import chat_prompt_ids
 from serl.agent.parsing import FALLBACK_CHARS, action_token_mask, project_action
@@ -20,6 +20,11 @@ from serl.agent.prompts import get_prompt_builder
 from serl.envs.base import StepResult, Task
 from serl.rollout.engine import RolloutEngine, SamplingParams
 from serl.trajectory import Group, Step, Trajectory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from serl.envs.pool import EnvPool
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +65,8 @@ class Collector:
             the left (counted in the ``rollout/prompt_truncated`` metric).
     """
 
-    def __init__(self, pool, engine: RolloutEngine, tokenizer, env_name: str, history_length: int,
-                 max_steps: int, max_prompt_length: int):
+    def __init__(self, pool: EnvPool, engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase, env_name: str,
+                 history_length: int, max_steps: int, max_prompt_length: int):
         self.pool = pool
         self.engine = engine
         self.tokenizer = tokenizer
@@ -75,7 +80,7 @@ class Collector:
 
     # ------------------------------------------------------------------ prompts
     def chat_ids(self, user_text: str) -> list[int]:
-        """Token ids of a single-turn chat with generation prompt (serl.md §1.1 step 1)."""
+        """Token ids of a single-turn chat with generation prompt (``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``)."""
         return chat_prompt_ids(self.tokenizer, user_text)
 
     def _prompt(self, st: _EnvState) -> tuple[str, list[int], bool]:
@@ -159,7 +164,7 @@ class Collector:
                 st.traj.steps.append(step)
                 st.result = res
                 st.done = bool(res.done) or t + 1 >= self.max_steps
-                # next_observation_text: the full prompt of the following step (serl.md §1.1)
+                # next_observation_text: the full prompt of the following step (SERL, ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``)
                 step.next_prompt = self.build_prompt(
                     st.traj.task_text, res.observation, res.admissible_actions, st.history,
                     len(st.history), self.history_length)

@@ -1,16 +1,19 @@
 """Rollout engines: sample responses for a batch of prompt token ids.
 
 ``hf`` (the only engine so far) runs transformers ``generate`` batched with left padding on the
-policy's own weights (model.md §3: on CPU, bf16 HF generate is the fastest batched path with exact
+policy's own weights (on CPU, bf16 HF generate is the fastest batched path with exact
 log-probs). A vLLM engine for GPUs would implement the same :class:`RolloutEngine` protocol.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass
@@ -54,7 +57,7 @@ class HFEngine:
     results come back in the caller's order.
     """
 
-    def __init__(self, model, tokenizer, micro_batch_size: int = 32):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int = 32):
         self.model = model
         self.tokenizer = tokenizer
         self.micro_batch_size = max(1, micro_batch_size)
@@ -62,7 +65,7 @@ class HFEngine:
         self.eos_ids = self._eos_ids(model, tokenizer)
 
     @staticmethod
-    def _eos_ids(model, tokenizer) -> set[int]:
+    def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
         ids = {tokenizer.eos_token_id}
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         if isinstance(gen_eos, int):

@@ -123,16 +123,13 @@ def make_pool(cfg: Config, num_envs: int):
 
 
 def env_kwargs(cfg: Config) -> dict[str, Any]:
-    kw: dict[str, Any] = {"max_steps": cfg.env.max_steps, "data_dir": cfg.env.data_dir}
-    if cfg.env.name == "webshop":
-        kw.update(dict(cfg.env.webshop))
-    return kw
+    """Constructor arguments of the ``cfg.env.name`` env (its ``config_kwargs`` hook)."""
+    return get_env_class(cfg.env.name).config_kwargs(cfg.env)
 
 
 def list_tasks(cfg: Config, split: str) -> list[Task]:
-    env_cls = get_env_class(cfg.env.name)
-    kw = dict(cfg.env.webshop) if cfg.env.name == "webshop" else {}
-    return env_cls.list_tasks(split, cfg.env.data_dir, **kw)
+    """The tasks of ``split`` of the ``cfg.env.name`` env (its ``tasks_from_config`` hook)."""
+    return get_env_class(cfg.env.name).tasks_from_config(cfg.env, split)
 
 
 class Trainer:
@@ -893,9 +890,7 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
         pool.close()
     metrics = {"success_rate": sum(t.won for t in trajs) / max(1, len(trajs)), "num_tasks": len(trajs)}
     metrics.update({f"{k}_success_rate": v for k, v in success_by_type(trajs).items()})
-    if cfg.env.name == "webshop":
-        scores = [t.steps[-1].info.get("task_score", 0.0) if t.steps else 0.0 for t in trajs]
-        metrics["webshop_task_score"] = sum(scores) / max(1, len(scores))
+    metrics.update(get_env_class(cfg.env.name).episode_metrics(trajs))
     return {"metrics": metrics, "trajectories": trajs}
 
 

@@ -1,4 +1,5 @@
-"""Per-environment prompt templates (environments.md §2).
+"""Per-environment prompt templates (after verl-agent's,
+``langfengQ/verl-agent@574dd5b:agent_system/environments/prompts/``).
 
 A prompt builder turns the env's raw state and the agent's memory into the single user-message
 text of one step. Signature::
@@ -18,22 +19,31 @@ PromptBuilder = Callable[[str, str, list, list, int, int], str]
 
 
 def get_prompt_builder(env_name: str) -> PromptBuilder:
-    """Return the prompt builder of ``env_name``; raises ``KeyError`` for an unknown env."""
-    if env_name == "alfworld":
-        from serl.agent.prompts.alfworld import build_prompt
+    """The prompt builder of the env registered as ``env_name``.
 
-        return build_prompt
-    if env_name == "webshop":
-        from serl.agent.prompts.webshop import build_prompt
+    The env class names it by entry point (its ``prompt_builder`` attribute, e.g.
+    ``"serl.agent.prompts.webshop:build_prompt"``), imported here on first use, so the env
+    modules never import prompt code and a user's env can bring its own builder.
 
-        return build_prompt
-    raise KeyError(f"no prompt template for env {env_name!r}; valid: ['alfworld', 'webshop']")
+    Raises:
+        ConfigError: ``env_name`` is not registered, or its env class names no prompt builder.
+        EnvError: the entry point cannot be imported.
+    """
+    from serl.envs.base import get_env_class, load_entry_point
+    from serl.errors import ConfigError
+
+    entry_point = getattr(get_env_class(env_name), "prompt_builder", "")
+    if not entry_point:
+        raise ConfigError(f"env {env_name!r} names no prompt builder: set its class attribute "
+                          "prompt_builder = 'module:function'")
+    return load_entry_point(entry_point)
 
 
 def format_history(history: list[tuple[str, str]], history_length: int, step_count: int) -> str:
     """The memory block: the last ``history_length`` records, one line each, as
     ``[Observation k: '<obs>', Action k: '<act>']`` with k the 1-based step number
-    (verl-agent ``SimpleMemory.fetch``, environments.md §1)."""
+    (verl-agent ``SimpleMemory.fetch``,
+    ``langfengQ/verl-agent@574dd5b:agent_system/memory/memory.py``)."""
     if history_length <= 0:
         return ""
     recent = history[-history_length:]

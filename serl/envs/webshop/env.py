@@ -4,12 +4,12 @@ One env plays one goal at a time. :meth:`WebShopEnv.reset` takes a :class:`Task`
 ``task_id`` is the goal index in WebShop's seed-233 order (``"h<k>"`` for human goal ``k``) and
 whose ``seed`` fixes the episode's hidden prices and budget (:mod:`serl.envs.webshop.goals`).
 
-Per step it returns (environments.md §2–§4, webshop.md §2, §5):
+Per step it returns (as ``princeton-nlp/WebShop``'s text env and verl-agent's, ``xlan156/verl-agent@8ca3a46``):
 
 * ``observation``: verl-agent's view of the page, i.e. the ``[SEP]`` segments after the
   instruction, each single-quoted, joined by ``" [SEP] "`` (the raw text when the page does not
   show the instruction, i.e. the done page). This is also the GiGPO / SERL anchor.
-* ``feedback``: the same page text after the action (serl.md §1.1: the next raw observation).
+* ``feedback``: the same page text after the action (the next raw observation, as SERL's ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``).
 * ``task``: the instruction text.
 * ``admissible_actions``: ``search[<your query>]`` on the start page, ``click[x]`` per clickable.
 * ``reward``: 10.0 when ``buy now`` scores exactly 1.0 (verl-agent's convention), else 0.0;
@@ -32,9 +32,9 @@ import random
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from serl.envs.base import EnvError, StepResult, Task, register_env
+from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
 from serl.envs.webshop import data as wsdata
 from serl.envs.webshop.catalog import Catalog, hidden_price, load_catalog, search_contents
 from serl.envs.webshop.goals import Goal, ordered_goals, priced_goal, split_indices
@@ -42,7 +42,11 @@ from serl.envs.webshop.pages import SEP, Site
 from serl.envs.webshop.reward import get_reward
 from serl.envs.webshop.search import TOP_K, SearchIndex
 
-#: verl-agent's WebShop episode limit (environments.md §4)
+if TYPE_CHECKING:
+    from serl.config import EnvConfig
+    from serl.trajectory import Trajectory
+
+#: verl-agent's WebShop episode limit (``langfengQ/verl-agent@574dd5b:agent_system/environments``)
 DEFAULT_MAX_STEPS = 15
 #: RL reward of a perfect purchase (verl-agent: 10 iff score == 1.0)
 SUCCESS_REWARD = 10.0
@@ -104,8 +108,7 @@ def _check_options(human_goals: bool, show_attrs: bool, max_steps: int, unknown:
         raise EnvError(f"env.max_steps must be an integer >= 1, got {max_steps!r}")
 
 
-@register_env("webshop")
-class WebShopEnv:
+class WebShopEnv(BaseTextEnv):
     """WebShop (1k products, synthetic or human goals) as a :class:`~serl.envs.base.TextEnv`.
 
     Args:
@@ -124,6 +127,7 @@ class WebShopEnv:
 
     name = "webshop"
     max_steps = DEFAULT_MAX_STEPS
+    prompt_builder = "serl.agent.prompts.webshop:build_prompt"
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
                  human_goals: bool = False, show_attrs: bool = False, seed: int = 0, **unknown: Any):
@@ -141,6 +145,30 @@ class WebShopEnv:
         self.steps = 0
         self.done = True
         self.last_score = 0.0
+
+    # ------------------------------------------------------------------ config hooks
+    @classmethod
+    def config_kwargs(cls, env_cfg: "EnvConfig") -> dict[str, Any]:
+        """``max_steps`` and ``data_dir``, plus the ``env.webshop`` options (``human_goals``,
+        ``show_attrs``, ``seed``); unknown options raise :class:`EnvError` when the env is built."""
+        return {**super().config_kwargs(env_cfg), **dict(env_cfg.webshop)}
+
+    @classmethod
+    def tasks_from_config(cls, env_cfg: "EnvConfig", split: str) -> list[Task]:
+        """:meth:`list_tasks` of ``split`` with the ``env.webshop`` options.
+
+        Raises:
+            EnvError: unknown split or option, missing data.
+        """
+        return cls.list_tasks(split, env_cfg.data_dir, **dict(env_cfg.webshop))
+
+    @classmethod
+    def episode_metrics(cls, trajectories: Sequence["Trajectory"]) -> dict[str, float]:
+        """``webshop_task_score``: the mean raw WebShop score in [0, 1] of the episodes' last
+        steps (``info["task_score"]``; 0 for an empty episode), the score WebShop (arXiv
+        2207.01206) reports beside the success rate."""
+        scores = [t.steps[-1].info.get("task_score", 0.0) if t.steps else 0.0 for t in trajectories]
+        return {"webshop_task_score": sum(scores) / max(1, len(scores))}
 
     # ------------------------------------------------------------------ tasks
     @classmethod
