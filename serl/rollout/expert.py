@@ -190,10 +190,10 @@ class WebShopOracle:
 
     @staticmethod
     def short(text: str, words: int) -> str:
-        """The first ``words`` words of ``text`` (up to its first ``" with "`` for an instruction)."""
+        """The first ``words`` words of ``text`` without its price clause, cut at its first ``" with "``
+        and stripped of trailing punctuation."""
         head = _PRICE_CLAUSE.sub("", text.strip()).split(" with ", 1)[0].strip().rstrip(".,")
-        parts = head.split()
-        return " ".join(parts[:words]) + (" ..." if len(parts) > words else "")
+        return " ".join(head.split()[:words]).rstrip(".,;:")
 
     def _think(self, kind: str, step: int, **kw: str) -> str:
         return _rng(self.seed, self.task.task_id, step).choice(WEBSHOP_THINK[kind]).format(**kw)
