@@ -4,6 +4,8 @@
     serl eval  [recipe=NAME|PATH] [key=value ...] [--run RUN_DIR] [--split S] [--num-tasks N]
                [--greedy] [--seed N] [--data-dir DIR]
     serl data download alfworld [--dest DIR]
+    serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
+               [--num-tasks N] [--seed N] [--data-dir DIR] [--min-score X] [--max-steps N]
 
 With no recipe, ``serl train`` runs the ``cpu`` recipe: SERL (immediate feedback) on GRPO, on the
 ALFWorld games shipped with serl, with SmolLM2-135M-Instruct, a few iterations on a laptop CPU.
@@ -126,6 +128,68 @@ def cmd_data(args: argparse.Namespace) -> int:
     return main_download(args.name, args.dest)
 
 
+def cmd_data_expert(args) -> int:
+    """``serl data expert``: expert trajectories as SFT rows (:mod:`serl.rollout.expert`)."""
+    import time
+
+    from tqdm.auto import tqdm
+
+    from serl.config import load_config
+    from serl.envs.base import get_env_class
+    from serl.errors import ConfigError
+    from serl.models.loading import load_tokenizer, resolve_model_path
+    from serl.rollout.expert import collect_expert, pick_tasks, write_rows
+
+    recipe, overrides = _split_overrides(args.overrides)
+    overrides += _data_dir_override(args)
+    cfg = load_config(recipe or ("webshop" if args.env == "webshop" else "cpu"), overrides)
+    if cfg.env.name != args.env:
+        raise ConfigError(f"serl data expert {args.env}: the recipe's env.name is {cfg.env.name!r}; "
+                          f"use a {args.env} recipe or env.name={args.env}")
+    if args.num_tasks == 0 or args.num_tasks < -1:
+        raise ConfigError(f"--num-tasks must be >= 1 (or -1 for the whole split), got {args.num_tasks}")
+    if not 0.0 <= args.min_score <= 1.0:
+        raise ConfigError(f"--min-score must be in [0, 1], got {args.min_score}")
+    env_cls = get_env_class(args.env)
+    env_kw = dict(cfg.env.webshop) if args.env == "webshop" else {}
+    tasks = pick_tasks(env_cls.list_tasks(args.split, cfg.env.data_dir, **env_kw), args.num_tasks, args.seed)
+    max_steps = args.max_steps if args.max_steps is not None else {"alfworld": 50, "webshop": 15}[args.env]
+    if max_steps < 1:
+        raise ConfigError(f"--max-steps must be >= 1, got {max_steps}")
+    tok = load_tokenizer(resolve_model_path(cfg.model.path, cfg.model.gguf_file))
+    env = env_cls(max_steps=max_steps, data_dir=cfg.env.data_dir, **env_kw)
+    t0 = time.perf_counter()
+    try:
+        with tqdm(total=len(tasks), desc=f"serl data expert {args.env}", unit="task", file=sys.stderr,
+                  dynamic_ncols=True) as bar:
+            def on_episode(ep, summary):
+                bar.update(1)
+                bar.set_postfix_str(f"kept {summary.kept}/{summary.tasks}, {summary.rows} rows")
+
+            rows, summary = collect_expert(env, tasks, tok, history_length=cfg.env.history_length,
+                                           max_prompt_length=cfg.data.max_prompt_length, max_steps=max_steps,
+                                           seed=args.seed, min_score=args.min_score, on_episode=on_episode)
+    finally:
+        env.close()
+    wall = time.perf_counter() - t0
+    write_rows(args.out, rows)
+    s = summary.as_dict()
+    reply_tokens = max((len(tok(r["response"], add_special_tokens=False).input_ids) + 1 for r in rows), default=0)
+    print(f"\nserl data expert: {args.env} {args.split}, {s['tasks']} tasks (seed {args.seed}) in {wall:.1f} s")
+    print(f"  expert success: {s['won']}/{s['tasks']} won ({s['success_fraction']:.3f}), "
+          f"mean task score {s['mean_task_score']:.3f}, {s['gave_up']} given up")
+    print(f"  kept {s['kept']} episodes (task score >= {args.min_score}), {s['rows']} rows")
+    if summary.plan_lengths:
+        print("  steps per task type (min/median/max): " + ", ".join(
+            f"{k} {min(v)}/{sorted(v)[len(v) // 2]}/{max(v)}" for k, v in sorted(summary.plan_lengths.items())))
+    print(f"  longest reply: {reply_tokens} tokens with EOS (data.max_response_length={cfg.data.max_response_length})")
+    truncated = sum(r["prompt_truncated"] for r in rows)
+    if truncated:
+        print(f"  {truncated} rows had their prompt shrunk to data.max_prompt_length={cfg.data.max_prompt_length}")
+    print(f"  written to {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="serl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -154,6 +218,24 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("name", choices=["alfworld"])
     dl.add_argument("--dest", help="destination folder (default $SERL_DATA or ~/.cache/serl/data/alfworld)")
     dl.set_defaults(fn=cmd_data)
+    ex = dsub.add_parser("expert", help="expert trajectories as supervised (SFT) rows, one JSON line per step",
+                         description="Play each task's expert (ALFWorld: the game's walkthrough; WebShop: a "
+                         "goal-reading oracle) through the env and write one row per step: the RL step prompt "
+                         "and the target reply <think>...</think><action>...</action>.")
+    ex.add_argument("env", choices=["alfworld", "webshop"])
+    ex.add_argument("overrides", nargs="*", help="recipe=NAME (default cpu / webshop) and dotted key=value "
+                    "overrides (env.history_length, data.max_prompt_length, model.path for the chat template)")
+    ex.add_argument("--out", required=True, help="output JSONL file")
+    ex.add_argument("--split", default="train", help="task split (default train)")
+    ex.add_argument("--num-tasks", type=int, default=-1, help="tasks drawn with --seed (default -1: all)")
+    ex.add_argument("--seed", type=int, default=0, help="task order and think-template seed")
+    ex.add_argument("--data-dir", help="data folder (sets env.data_dir)")
+    ex.add_argument("--min-score", type=float, default=1.0,
+                    help="keep episodes whose final task score (0-1) is at least this (default 1.0: won only)")
+    ex.add_argument("--max-steps", type=int, default=None,
+                    help="episode step limit (default: the env's own, ALFWorld 50 / WebShop 15; "
+                    "env.max_steps of the RL recipe is not used)")
+    ex.set_defaults(fn=cmd_data_expert)
     return p
 
 

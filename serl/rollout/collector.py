@@ -1,6 +1,7 @@
 """The multi-turn rollout loop: prompts → engine → parse → env step → Step records → Groups.
 
-verl-agent's ``TrajectoryCollector.vanilla_multi_turn_loop`` (``langfengQ/verl-agent@574dd5b:agent_system/multi_turn_rollout/rollout_loop.py``), with two
+verl-agent's ``TrajectoryCollector.vanilla_multi_turn_loop``
+(``langfengQ/verl-agent@574dd5b:agent_system/multi_turn_rollout/rollout_loop.py``), with two
 departures: envs that are done are not stepped and produce no rows (the original steps them and
 drops the "garbage rows" later), and the action-token mask is computed here on the sampled ids.
 Every group's ``G`` envs replay the same task (same game file / goal and seed).
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from serl.agent.chat import chat_prompt_ids
 from serl.agent.parsing import FALLBACK_CHARS, action_token_mask, project_action
-from serl.agent.prompts import get_prompt_builder
+from serl.agent.prompts import PromptBuilder, get_prompt_builder
 from serl.envs.base import StepResult, Task
 from serl.rollout.engine import RolloutEngine, SamplingParams
 from serl.trajectory import Group, Step, Trajectory
@@ -50,6 +51,50 @@ def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def build_step_prompt(build_prompt: PromptBuilder, tokenizer, task_text: str, observation: str,
+                      admissible_actions: list[str], history: list[tuple[str, str]], history_length: int,
+                      max_prompt_length: int) -> tuple[str, list[int], bool]:
+    """The user-message text and chat token ids of one step, as the policy sees it.
+
+    The one place where a step prompt is built: the RL :class:`Collector` and the expert
+    trajectories of :mod:`serl.rollout.expert` both call it, so an SFT prompt is the RL prompt
+    of the same state by construction.
+
+    The prompt shows the last ``history_length`` (observation, action) pairs. If its chat ids
+    are longer than ``max_prompt_length``, the window shrinks one pair at a time (down to no
+    history); if even the history-free prompt is too long, its ids are cut from the left (a
+    warning is logged). verl-agent truncates the tokenised prompt from the left only
+    (``langfengQ/verl-agent@574dd5b:agent_system/multi_turn_rollout/rollout_loop.py``); dropping
+    history first is serl's departure, so the current observation survives.
+
+    Args:
+        build_prompt: the env's prompt builder (:func:`serl.agent.prompts.get_prompt_builder`).
+        tokenizer: the policy tokenizer (its chat template is applied, :func:`chat_prompt_ids`).
+        task_text: the task / instruction of the episode.
+        observation: the current observation.
+        admissible_actions: the actions the env admits now.
+        history: every earlier (observation, action) pair of the episode, oldest first; its
+            length is the number of steps taken so far.
+        history_length: the largest number of pairs shown.
+        max_prompt_length: token cap of the chat prompt.
+
+    Returns:
+        ``(text, ids, truncated)``: the user-message text, its chat ids ``[prompt_len]`` with
+        ``prompt_len <= max_prompt_length``, and whether history was dropped or ids were cut.
+    """
+    step_count = len(history)
+    for h in range(history_length, -1, -1):
+        text = build_prompt(task_text, observation, admissible_actions, history, step_count, h)
+        ids = chat_prompt_ids(tokenizer, text)
+        if len(ids) <= max_prompt_length:
+            return text, ids, h < history_length
+        if not history:
+            break
+    log.warning("step prompt of %d tokens exceeds max_prompt_length=%d; cutting it from the left",
+                len(ids), max_prompt_length)
+    return text, ids[-max_prompt_length:], True
+
+
 class Collector:
     """Runs groups of episodes to completion.
 
@@ -80,24 +125,15 @@ class Collector:
 
     # ------------------------------------------------------------------ prompts
     def chat_ids(self, user_text: str) -> list[int]:
-        """Token ids of a single-turn chat with generation prompt (``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``)."""
+        """Token ids of a single-turn chat with generation prompt
+        (SERL, arXiv 2605.19447; ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``)."""
         return chat_prompt_ids(self.tokenizer, user_text)
 
     def _prompt(self, st: _EnvState) -> tuple[str, list[int], bool]:
-        """Build the step prompt and its ids; shrink the history, then left-truncate, if too long."""
+        """Build the step prompt and its ids (:func:`build_step_prompt`)."""
         r = st.result
-        step_count = len(st.history)
-        for h in range(self.history_length, -1, -1):
-            text = self.build_prompt(st.traj.task_text, r.observation, r.admissible_actions, st.history,
-                                     step_count, h)
-            ids = self.chat_ids(text)
-            if len(ids) <= self.max_prompt_length:
-                return text, ids, h < self.history_length
-            if not st.history:
-                break
-        log.warning("step prompt of %d tokens exceeds max_prompt_length=%d; cutting it from the left",
-                    len(ids), self.max_prompt_length)
-        return text, ids[-self.max_prompt_length :], True
+        return build_step_prompt(self.build_prompt, self.tokenizer, st.traj.task_text, r.observation,
+                                 r.admissible_actions, st.history, self.history_length, self.max_prompt_length)
 
     # ------------------------------------------------------------------ loop
     def collect(self, tasks: list[Task], group_size: int, params: SamplingParams,
@@ -164,7 +200,7 @@ class Collector:
                 st.traj.steps.append(step)
                 st.result = res
                 st.done = bool(res.done) or t + 1 >= self.max_steps
-                # next_observation_text: the full prompt of the following step (SERL, ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``)
+                # next_observation_text: the full prompt of the following step (SERL, arXiv 2605.19447)
                 step.next_prompt = self.build_prompt(
                     st.traj.task_text, res.observation, res.admissible_actions, st.history,
                     len(st.history), self.history_length)

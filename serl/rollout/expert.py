@@ -1,0 +1,415 @@
+"""Expert trajectories for a supervised cold start: scripted experts played through the real envs.
+
+An expert plays a task through the same environment class the RL rollout uses, and every step
+becomes one supervised row: the step prompt exactly as the RL :class:`~serl.rollout.collector.Collector`
+would build it for that state (both call :func:`~serl.rollout.collector.build_step_prompt`: same
+prompt builder, history window ``env.history_length``, history shrinking and left cut at
+``data.max_prompt_length``, same chat template), and the target reply
+``<think>…</think><action>…</action>``.
+
+Experts
+-------
+* **ALFWorld**: the game's stored plan, the ``walkthrough`` list of ``game.tw-pddl``
+  (ALFWorld, arXiv 2010.03768; ``alfworld/alfworld`` 0.4.2 writes it into every 2.1.2 game file),
+  replayed command by command from the initial state. Every walkthrough is lower-case and
+  admissible, so :func:`serl.agent.parsing.project_action` returns it unchanged.
+* **WebShop**: an oracle built from the episode's goal (WebShop, arXiv 2207.01206). The only
+  state it reads beyond the public :class:`~serl.envs.base.StepResult` (instruction, observation,
+  admissible actions, ``info["task_score"]``) is the env's public ``goal`` attribute
+  (:class:`serl.envs.webshop.goals.Goal`): the target ``asin``, the target's title ``name`` and
+  ``goal_options``. Policy, one action per step:
+
+  1. ``search[<instruction>]``: the instruction as shown, lower-cased, without its
+     ``", and price lower than … dollars"`` clause and without ``[`` / ``]``.
+  2. On a results page: ``click[<target asin>]`` if listed; else ``click[next >]`` while the
+     page number is below :data:`WEBSHOP_MAX_PAGES`; else a narrower query, the target's title
+     (``search[<title>]``), once.
+  3. On the target's item page: ``click[<value>]`` for each goal option value that the page
+     offers and that is not chosen yet, in the goal's order; then ``click[buy now]``.
+  4. Anything else (e.g. the target never listed): the episode is given up and dropped.
+
+  WebShop's score is below 1.0 for about 7 % of synthetic goals even with this oracle (option
+  and attribute matching are lenient), so trajectories are kept only if the final
+  ``task_score >= min_score`` (:func:`collect_expert`; default 1.0 = the episode is *won*).
+
+Think templates (no LLM)
+------------------------
+Each reply is ``<think>{think}</think><action>{action}</action>``; the think text is one of a few
+templates, chosen by ``random.Random(f"serl-expert/{seed}/{task_id}/{step}")``, so a row depends
+only on the seed, the task and the step (not on the order tasks are played in).
+ALFWorld's ``{task}`` is the task sentence without its final period (e.g. ``put a clean apple in
+diningtable``) and ``{action}`` the command itself. WebShop's ``{task}`` is the instruction up to
+its first ``" with "`` (at most 8 words), ``{title}`` the first 6 words of the target's title,
+``{option}`` an option value; replies stay short (the RL recipes sample at most 96 tokens).
+
+ALFWorld (:data:`ALFWORLD_THINK`)::
+
+    To {task}, I should {action}.
+    My task is to {task}. The next step is to {action}.
+    I need to {task}. Now I will {action}.
+
+WebShop (:data:`WEBSHOP_THINK`), by kind of action:
+
+* ``search``: "My task: {task}. I should search for it first." / "Task: {task}. I will start
+  with a search."
+* ``narrow`` (the second search): "The product I need is not among these results. I should search
+  again with a more specific query." / "These results do not show what I need; a narrower search
+  should find it."
+* ``next``: "None of the products on this page fits the request. I should look at the next
+  page." / "The item I need is not listed here; I will check the next page of results."
+* ``product``: "Product {asin}, {title}, matches the request. I should open it." / "{title}
+  ({asin}) fits what I need; I will click it."
+* ``option``: "The request asks for {option}. I should select it." / "I need the {option}
+  option, so I will click it."
+* ``buy``: "The product matches and the requested options are selected. I should buy it now." /
+  "Everything the request asks for is set; I will click buy now."
+
+Data flow: envs -> this module -> rows (JSONL, read by the SFT data loader). Nothing here imports
+torch (the tokenizer is only used through its chat template).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from serl.agent.parsing import FALLBACK_CHARS, project_action
+from serl.agent.prompts import get_prompt_builder
+from serl.envs.base import EnvError, StepResult, Task
+
+#: ALFWorld think templates: ``{task}`` the task sentence, ``{action}`` the command
+ALFWORLD_THINK = (
+    "To {task}, I should {action}.",
+    "My task is to {task}. The next step is to {action}.",
+    "I need to {task}. Now I will {action}.",
+)
+
+#: WebShop think templates per kind of action
+WEBSHOP_THINK = {
+    "search": (
+        "My task: {task}. I should search for it first.",
+        "Task: {task}. I will start with a search.",
+    ),
+    "narrow": (
+        "The product I need is not among these results. I should search again with a more specific query.",
+        "These results do not show what I need; a narrower search should find it.",
+    ),
+    "next": (
+        "None of the products on this page fits the request. I should look at the next page.",
+        "The item I need is not listed here; I will check the next page of results.",
+    ),
+    "product": (
+        "Product {asin}, {title}, matches the request. I should open it.",
+        "{title} ({asin}) fits what I need; I will click it.",
+    ),
+    "option": (
+        "The request asks for {option}. I should select it.",
+        "I need the {option} option, so I will click it.",
+    ),
+    "buy": (
+        "The product matches and the requested options are selected. I should buy it now.",
+        "Everything the request asks for is set; I will click buy now.",
+    ),
+}
+
+#: results pages the WebShop oracle looks through before it searches with a narrower query
+WEBSHOP_MAX_PAGES = 3
+#: the price clause WebShop appends to a synthetic instruction
+_PRICE_CLAUSE = re.compile(r",? and price lower than [0-9.]+ dollars\s*$", re.IGNORECASE)
+
+
+def format_response(think: str, action: str) -> str:
+    """The target reply of one step: ``<think>{think}</think><action>{action}</action>``."""
+    return f"<think>{think}</think><action>{action}</action>"
+
+
+def _rng(seed: int, task_id: str, step: int) -> random.Random:
+    return random.Random(f"serl-expert/{seed}/{task_id}/{step}")
+
+
+def _task_phrase(task_text: str) -> str:
+    return task_text.strip().rstrip(".").strip()
+
+
+# ------------------------------------------------------------------------------------ experts
+class AlfWorldExpert:
+    """Replays a game's ``walkthrough`` (see the module docstring).
+
+    Args:
+        task: the ALFWorld task (its ``task_id`` is the game path).
+        seed: picks the think template of each step.
+
+    Raises:
+        EnvError: the game file is missing, corrupt or has no walkthrough.
+    """
+
+    def __init__(self, task: Task, seed: int):
+        from serl.envs.alfworld import walkthrough
+
+        self.task = task
+        self.seed = seed
+        self.plan = walkthrough(task)
+
+    def act(self, env, result: StepResult, step: int) -> Optional[tuple[str, str]]:
+        """``(think, action)`` of step ``step`` (0-based), or None when the plan is exhausted."""
+        if step >= len(self.plan):
+            return None
+        action = self.plan[step]
+        tpl = _rng(self.seed, self.task.task_id, step).choice(ALFWORLD_THINK)
+        return tpl.format(task=_task_phrase(result.task), action=action), action
+
+
+class WebShopOracle:
+    """The goal-reading WebShop oracle (see the module docstring for the policy).
+
+    Args:
+        task: the WebShop task.
+        seed: picks the think template of each step.
+
+    ``act`` reads ``env.goal`` (a public attribute of :class:`serl.envs.webshop.env.WebShopEnv`),
+    so the env must live in this process (not in an :class:`~serl.envs.pool.EnvPool` worker).
+    """
+
+    def __init__(self, task: Task, seed: int):
+        self.task = task
+        self.seed = seed
+        self.searches = 0  # searches made so far
+        self.page = 0  # results page being shown
+        self.on_target = False  # the last click opened the target's item page
+        self.chosen: set[str] = set()  # option values clicked on the target's page
+
+    @staticmethod
+    def search_query(instruction: str) -> str:
+        """The first query: the instruction, lower-cased, without its price clause and brackets."""
+        q = _PRICE_CLAUSE.sub("", instruction.strip())
+        return re.sub(r"\s+", " ", q.replace("[", " ").replace("]", " ")).strip().lower()
+
+    @staticmethod
+    def short(text: str, words: int) -> str:
+        """The first ``words`` words of ``text`` without its price clause, cut at its first ``" with "``
+        and stripped of trailing punctuation."""
+        head = _PRICE_CLAUSE.sub("", text.strip()).split(" with ", 1)[0].strip().rstrip(".,")
+        return " ".join(head.split()[:words]).rstrip(".,;:")
+
+    def _think(self, kind: str, step: int, **kw: str) -> str:
+        return _rng(self.seed, self.task.task_id, step).choice(WEBSHOP_THINK[kind]).format(**kw)
+
+    def act(self, env, result: StepResult, step: int) -> Optional[tuple[str, str]]:
+        """``(think, action)`` for the current page, or None to give the episode up."""
+        goal = env.goal
+        adm = set(result.admissible_actions)
+        page = result.info.get("page")
+        if page == "start":
+            self.searches, self.page, self.on_target = 1, 1, False
+            task = self.short(result.task, 8)
+            return self._think("search", step, task=task), f"search[{self.search_query(result.task)}]"
+        if page == "results":
+            target = f"click[{goal.asin.lower()}]"
+            if target in adm:
+                self.on_target, self.chosen = True, set()
+                return self._think("product", step, asin=goal.asin, title=self.short(goal.name, 6)), target
+            if self.page < WEBSHOP_MAX_PAGES and "click[next >]" in adm:
+                self.page += 1
+                return self._think("next", step), "click[next >]"
+            if self.searches == 1:
+                self.searches, self.page = 2, 1
+                return self._think("narrow", step), f"search[{self.search_query(goal.name)}]"
+            return None
+        if page == "item" and self.on_target:
+            values = goal.goal_options.values() if isinstance(goal.goal_options, dict) else goal.goal_options
+            for v in values:
+                v = str(v).lower()
+                if v not in self.chosen and f"click[{v}]" in adm:
+                    self.chosen.add(v)
+                    return self._think("option", step, option=v), f"click[{v}]"
+            if "click[buy now]" in adm:
+                return self._think("buy", step), "click[buy now]"
+        return None
+
+
+# ------------------------------------------------------------------------------------ playing
+@dataclass
+class ExpertEpisode:
+    """One expert episode: its rows and outcome.
+
+    Attributes:
+        task: the task played.
+        rows: one dict per step (see :func:`play_expert` for the keys).
+        won: the env's ``won`` at the last step.
+        episode_reward: sum of the env rewards (ALFWorld 10 on a win; WebShop 10 iff score 1.0).
+        task_score: WebShop's final score in [0, 1] (ALFWorld: 1.0 if won else 0.0).
+        gave_up: the expert had no action before the episode ended.
+    """
+
+    task: Task
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    won: bool = False
+    episode_reward: float = 0.0
+    task_score: float = 0.0
+    gave_up: bool = False
+
+
+def _admissible(action: str, admissible_actions: list[str]) -> bool:
+    """``action`` is listed, or is a search where WebShop lists ``search[<your query>]``."""
+    if action in admissible_actions:
+        return True
+    return action.startswith("search[") and any(a.startswith("search[") for a in admissible_actions)
+
+
+def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_prompt_length: int,
+                max_steps: int) -> ExpertEpisode:
+    """Play ``expert`` on ``task`` through ``env`` and build one row per step.
+
+    Each row: ``env``, ``task_id``, ``task_type``, ``step`` (0-based), ``messages``
+    (``[{"role": "user", "content": <the step prompt the RL collector builds>}]``), ``response``
+    (``<think>…</think><action>…</action>``), ``action``, ``action_admissible`` (the action is in
+    the state's admissible list), ``prompt_truncated`` (history was
+    dropped or the prompt ids were cut from the left to fit ``max_prompt_length``; the SFT
+    loader must then cut the same way), and after the episode ``won``, ``episode_reward`` and
+    ``task_score`` of the whole episode.
+
+    Args:
+        env: an env instance of ``task.env_name`` in this process.
+        task: the task to play.
+        expert: an object with ``act(env, result, step) -> (think, action) | None``.
+        tokenizer: the policy tokenizer (its chat template sizes the prompt).
+        history_length: ``env.history_length``.
+        max_prompt_length: ``data.max_prompt_length`` (tokens).
+        max_steps: the step limit of the episode.
+
+    Raises:
+        EnvError: the env failed, or the expert's action is not what
+            :func:`~serl.agent.parsing.project_action` recovers from its own reply.
+    """
+    from serl.rollout.collector import build_step_prompt
+
+    build_prompt = get_prompt_builder(task.env_name)
+    fallback = FALLBACK_CHARS.get(task.env_name, 30)
+    res = env.reset(task)
+    task_text = res.task
+    history: list[tuple[str, str]] = []
+    ep = ExpertEpisode(task=task)
+    for t in range(max_steps):
+        if res.done:
+            break
+        choice = expert.act(env, res, t)
+        if choice is None:
+            ep.gave_up = True
+            break
+        think, action = choice
+        response = format_response(think, action)
+        parsed, valid = project_action(response, fallback)
+        if parsed != action or not valid:
+            raise EnvError(f"expert reply {response!r} parses to {parsed!r} (valid={valid}), not to its action "
+                           f"{action!r}; expert actions must be lower-case and stripped")
+        text, _ids, truncated = build_step_prompt(build_prompt, tokenizer, task_text, res.observation,
+                                                  res.admissible_actions, history, history_length,
+                                                  max_prompt_length)
+        nxt = env.step(action)
+        history.append((res.observation, action))
+        ep.rows.append({
+            "env": task.env_name, "task_id": task.task_id, "task_type": task.task_type, "step": t,
+            "messages": [{"role": "user", "content": text}], "response": response, "action": action,
+            "action_admissible": _admissible(action, res.admissible_actions), "prompt_truncated": bool(truncated),
+        })
+        ep.episode_reward += float(nxt.reward)
+        res = nxt
+    ep.won = bool(res.won)
+    ep.task_score = float(res.info.get("task_score", 1.0 if ep.won else 0.0)) if task.env_name == "webshop" \
+        else (1.0 if ep.won else 0.0)
+    for row in ep.rows:
+        row.update(won=ep.won, episode_reward=ep.episode_reward, task_score=ep.task_score)
+    return ep
+
+
+def make_expert(task: Task, seed: int):
+    """The expert of ``task.env_name``: :class:`AlfWorldExpert` or :class:`WebShopOracle`.
+
+    Raises:
+        EnvError: no expert for that env.
+    """
+    if task.env_name == "alfworld":
+        return AlfWorldExpert(task, seed)
+    if task.env_name == "webshop":
+        return WebShopOracle(task, seed)
+    raise EnvError(f"no expert for env {task.env_name!r}; valid: ['alfworld', 'webshop']")
+
+
+def pick_tasks(tasks: list[Task], num_tasks: int, seed: int) -> list[Task]:
+    """``num_tasks`` tasks drawn without replacement with ``random.Random(seed)`` (all if
+    ``num_tasks < 0`` or larger than the split), in the drawn order."""
+    order = list(tasks)
+    random.Random(seed).shuffle(order)
+    return order if num_tasks < 0 else order[:num_tasks]
+
+
+@dataclass
+class ExpertSummary:
+    """Counts of one :func:`collect_expert` call."""
+
+    tasks: int = 0
+    kept: int = 0
+    rows: int = 0
+    won: int = 0
+    gave_up: int = 0
+    task_score_sum: float = 0.0
+    kept_by_type: dict[str, int] = field(default_factory=dict)
+    plan_lengths: dict[str, list[int]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tasks": self.tasks, "kept": self.kept, "rows": self.rows, "won": self.won,
+                "gave_up": self.gave_up, "success_fraction": self.won / max(1, self.tasks),
+                "mean_task_score": self.task_score_sum / max(1, self.tasks), "kept_by_type": self.kept_by_type}
+
+
+def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int, max_prompt_length: int,
+                   max_steps: int, seed: int = 0, min_score: float = 1.0,
+                   on_episode: Optional[Callable[[ExpertEpisode, ExpertSummary], None]] = None
+                   ) -> tuple[list[dict[str, Any]], ExpertSummary]:
+    """Play the expert of every task and keep the episodes whose ``task_score >= min_score``.
+
+    Args:
+        env: one env instance (reused for every task).
+        tasks: tasks to play, in order.
+        tokenizer, history_length, max_prompt_length, max_steps: as for :func:`play_expert`.
+        seed: think-template seed.
+        min_score: keep threshold on the episode's ``task_score`` in [0, 1] (1.0: won only).
+        on_episode: optional callback after each episode (progress bars).
+
+    Returns:
+        ``(rows, summary)``: the kept rows in task order, step order.
+    """
+    rows: list[dict[str, Any]] = []
+    summary = ExpertSummary()
+    for task in tasks:
+        ep = play_expert(env, task, make_expert(task, seed), tokenizer, history_length, max_prompt_length, max_steps)
+        summary.tasks += 1
+        summary.won += ep.won
+        summary.gave_up += ep.gave_up
+        summary.task_score_sum += ep.task_score
+        summary.plan_lengths.setdefault(task.task_type, []).append(len(ep.rows))
+        if ep.task_score >= min_score and ep.rows:
+            summary.kept += 1
+            summary.rows += len(ep.rows)
+            summary.kept_by_type[task.task_type] = summary.kept_by_type.get(task.task_type, 0) + 1
+            rows.extend(ep.rows)
+        if on_episode is not None:
+            on_episode(ep, summary)
+    return rows, summary
+
+
+def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """Write rows as JSON Lines (one object per line, no header), atomically."""
+    from serl.utils import atomic_write_text
+
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Read rows written by :func:`write_rows`."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
