@@ -135,7 +135,7 @@ def cmd_data_expert(args) -> int:
     from tqdm.auto import tqdm
 
     from serl.config import load_config
-    from serl.envs.base import get_env_class
+    from serl.envs.base import get_env_class, list_tasks
     from serl.errors import ConfigError
     from serl.models.loading import load_tokenizer, resolve_model_path
     from serl.rollout.expert import collect_expert, pick_tasks, write_rows
@@ -151,13 +151,12 @@ def cmd_data_expert(args) -> int:
     if not 0.0 <= args.min_score <= 1.0:
         raise ConfigError(f"--min-score must be in [0, 1], got {args.min_score}")
     env_cls = get_env_class(args.env)
-    env_kw = dict(cfg.env.webshop) if args.env == "webshop" else {}
-    tasks = pick_tasks(env_cls.list_tasks(args.split, cfg.env.data_dir, **env_kw), args.num_tasks, args.seed)
-    max_steps = args.max_steps if args.max_steps is not None else {"alfworld": 50, "webshop": 15}[args.env]
+    tasks = pick_tasks(list_tasks(cfg.env, args.split), args.num_tasks, args.seed)
+    max_steps = args.max_steps if args.max_steps is not None else env_cls.default_max_steps
     if max_steps < 1:
         raise ConfigError(f"--max-steps must be >= 1, got {max_steps}")
     tok = load_tokenizer(resolve_model_path(cfg.model.path, cfg.model.gguf_file))
-    env = env_cls(max_steps=max_steps, data_dir=cfg.env.data_dir, **env_kw)
+    env = env_cls(**{**env_cls.config_kwargs(cfg.env), "max_steps": max_steps})
     t0 = time.perf_counter()
     try:
         with tqdm(total=len(tasks), desc=f"serl data expert {args.env}", unit="task", file=sys.stderr,

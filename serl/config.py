@@ -109,6 +109,9 @@ class EnvConfig:
     eval_num_tasks: int = -1
     #: env-specific options (e.g. WebShop's ``human_goals``)
     webshop: dict = field(default_factory=dict)
+    #: train and evaluate only on these task types (ALFWorld: the task-folder prefixes, e.g.
+    #: ``[look_at_obj_in_light, pick_and_place_simple]``); empty = every type
+    task_types: list = field(default_factory=list)
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``env.<key>``; ``env.name`` must be a registered
@@ -119,6 +122,8 @@ class EnvConfig:
         _check(self.history_length >= 0, "env.history_length", "must be >= 0")
         _check(self.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per CPU core)")
         _check(self.worker_timeout > 0, "env.worker_timeout", "must be > 0 seconds")
+        _check(all(isinstance(t, str) and t for t in self.task_types), "env.task_types",
+               f"must be a list of task-type names, got {self.task_types!r}")
 
 
 @dataclass

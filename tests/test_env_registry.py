@@ -174,3 +174,26 @@ def test_webshop_hooks():
     from serl.envs.alfworld import AlfWorldEnv
 
     assert AlfWorldEnv.episode_metrics([traj(1.0)]) == {}
+
+
+def test_task_types_restrict_the_listed_tasks():
+    from serl.config import load_config
+    from serl.envs.base import list_tasks
+    from serl.errors import EnvError
+
+    everything = list_tasks(load_config("cpu").env, "train")
+    assert len({t.task_type for t in everything}) == 6
+    cfg = load_config("cpu", ["env.task_types=[pick_and_place_simple,look_at_obj_in_light]"])
+    some = list_tasks(cfg.env, "train")
+    assert {t.task_type for t in some} == {"pick_and_place_simple", "look_at_obj_in_light"}
+    assert some == [t for t in everything if t.task_type in cfg.env.task_types]  # order kept
+    with pytest.raises(EnvError, match="no task of type \\['no_such_type'\\]"):
+        list_tasks(load_config("cpu", ["env.task_types=[no_such_type]"]).env, "train")
+
+
+def test_task_types_must_be_names():
+    from serl.config import load_config
+    from serl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="env.task_types"):
+        load_config("cpu", ["env.task_types=['']"])

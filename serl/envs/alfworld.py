@@ -176,6 +176,7 @@ class AlfWorldEnv(BaseTextEnv):
 
     name = "alfworld"
     prompt_builder = "serl.agent.prompts.alfworld:build_prompt"
+    default_max_steps = DEFAULT_MAX_STEPS
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None):
         if int(max_steps) < 1:

@@ -130,6 +130,8 @@ class BaseTextEnv:
     name: str = ""
     #: ``"module:function"`` of the prompt builder in :mod:`serl.agent.prompts` ("" = none)
     prompt_builder: str = ""
+    #: the env's own episode step limit (its constructor's default; ALFWorld 50, WebShop 15)
+    default_max_steps: int = 50
 
     @classmethod
     def config_kwargs(cls, env_cfg: "EnvConfig") -> dict[str, Any]:
@@ -255,3 +257,23 @@ def get_env_class(name: str) -> type:
             raise EnvError(f"env entry point {ENV_ENTRY_POINTS[name]!r} of {name!r} is not a class")
         _LOADED[name] = cls
     return _LOADED[name]
+
+
+def list_tasks(env_cfg: "EnvConfig", split: str) -> list[Task]:
+    """The tasks of ``split`` of the ``env_cfg.name`` env (its ``tasks_from_config`` hook),
+    restricted to ``env_cfg.task_types`` when that list is not empty (order kept).
+
+    Raises:
+        ConfigError: unknown env name.
+        EnvError: as the env's ``list_tasks`` (unknown split, missing data), or a type in
+            ``env.task_types`` that has no task in ``split`` (the message lists the types present).
+    """
+    tasks = get_env_class(env_cfg.name).tasks_from_config(env_cfg, split)
+    wanted = list(env_cfg.task_types)
+    if not wanted:
+        return tasks
+    present = sorted({t.task_type for t in tasks})
+    missing = [w for w in wanted if w not in present]
+    if missing:
+        raise EnvError(f"env.task_types: no task of type {missing} in split {split!r}; types present: {present}")
+    return [t for t in tasks if t.task_type in wanted]

@@ -51,6 +51,7 @@ from serl.hindsight.builder import SerlContextBuilder
 from serl.algos.spear import ReplayBuffer, ReplayRow, replay_coef, toolcall_bonus
 from serl.config import Config, config_from_yaml, to_yaml
 from serl.envs.base import Task, get_env_class
+from serl.envs.base import list_tasks as env_list_tasks
 from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pick_dtype,
                                  resolve_model_path)
 from serl.models.teacher import Teacher, teacher_prompt_ids
@@ -128,8 +129,9 @@ def env_kwargs(cfg: Config) -> dict[str, Any]:
 
 
 def list_tasks(cfg: Config, split: str) -> list[Task]:
-    """The tasks of ``split`` of the ``cfg.env.name`` env (its ``tasks_from_config`` hook)."""
-    return get_env_class(cfg.env.name).tasks_from_config(cfg.env, split)
+    """The tasks of ``split`` of the ``cfg.env.name`` env, restricted to ``env.task_types``
+    (:func:`serl.envs.base.list_tasks`)."""
+    return env_list_tasks(cfg.env, split)
 
 
 class Trainer:

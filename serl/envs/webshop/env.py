@@ -128,6 +128,7 @@ class WebShopEnv(BaseTextEnv):
     name = "webshop"
     max_steps = DEFAULT_MAX_STEPS
     prompt_builder = "serl.agent.prompts.webshop:build_prompt"
+    default_max_steps = DEFAULT_MAX_STEPS
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
                  human_goals: bool = False, show_attrs: bool = False, seed: int = 0, **unknown: Any):
