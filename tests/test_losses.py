@@ -1,5 +1,6 @@
 """Policy losses, loss aggregation and KL estimators on hand-computed tensors
-(gigpo_grpo.md §5, §6; spear.md §4, §6)."""
+(verl's core_algos.py: agg_loss, compute_policy_loss, kl_penalty; Clip-Cov/KL-Cov
+arXiv 2505.22617; GPG as SPEAR's core_algos.py)."""
 
 import math
 
@@ -26,7 +27,7 @@ def actor(**kw):
     return ActorConfig(**kw)
 
 
-# ---- aggregation (gigpo_grpo.md §6.1) ---------------------------------------------------
+# ---- aggregation (verl agg_loss) -----------------------------------------------------------
 
 L = t([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 M = t([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
@@ -59,7 +60,7 @@ def test_agg_sum_norm_constant_divisor_and_masked_rows():
         agg_loss(L, M, "sum")
 
 
-# ---- vanilla PPO clip (gigpo_grpo.md §6.2) ----------------------------------------------
+# ---- vanilla PPO clip (verl compute_policy_loss) -------------------------------------------
 
 
 def one_token(delta, adv):
@@ -104,7 +105,7 @@ def test_vanilla_dual_clip_negative_advantage():
     assert_close(loss, torch.tensor(-1.2))
 
 
-# ---- Clip-Cov (spear.md §4) -------------------------------------------------------------
+# ---- Clip-Cov (arXiv 2505.22617) ----------------------------------------------------------
 
 A4 = t([[3.0, 1.0, -1.0, -3.0]])
 LP4 = [-0.5, -1.0, -1.5, -2.0]  # mean -1.25 -> cov = A·(lp - mean) = [2.25, 0.25, 0.25, 2.25]
@@ -258,10 +259,10 @@ def test_losses_take_verls_argument_order():
     assert_close(loss, torch.tensor(-1.28))  # r = 1.5 clipped at 1.28
     assert_close(torch.tensor(met["ppo_kl"]), torch.tensor(-math.log(1.5)))
     loss, _ = compute_policy_loss(lp, old, t([[1.0]]), torch.ones(1, 1), cliprange=0.2)
-    assert_close(loss, torch.tensor(-1 / 1.5))  # r = 1/1.5 inside [0.8, 1.28]: unclipped
+    assert_close(loss, torch.tensor(-1 / 1.5))  # r = 1/1.5 < 0.8, A > 0: max(-r, -0.8) = -r
 
 
-# ---- KL estimators (gigpo_grpo.md §5) ---------------------------------------------------
+# ---- KL estimators (verl kl_penalty) ------------------------------------------------------
 
 
 def test_kl_estimators():

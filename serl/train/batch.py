@@ -18,7 +18,7 @@ micro-batch, not to a global length, so short steps cost little.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence
 
 import torch
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class StepTable:
-    """The step rows of one iteration with their per-row scalars (spear.md §0, gigpo_grpo.md §1).
+    """The step rows of one iteration with their per-row scalars (verl-agent's step rows:
+    ``langfengQ/verl-agent@d0b9724:agent_system/multi_turn_rollout/rollout_loop.py``).
 
     Every tensor has shape ``[n]`` (``n`` = ``len(rows)``), aligned with ``rows``.
 
@@ -41,17 +42,17 @@ class StepTable:
         index: position of each row in ``iter_steps(groups)`` order (identity before any filter).
         uids: group id of each row (``Group.uid``); traj_uids: trajectory id (``Trajectory.traj_uid``).
         group_index: long, integer group id; traj_index: long, integer trajectory id.
-        score_raw: float32, episode reward + SPEAR tool-call bonus (spear.md §5), reward units;
-            what the std filter ranks (spear.md §6.4).
-        penalty: float32 >= 0, invalid-action penalty of the row (gigpo_grpo.md §4).
+        score_raw: float32, episode reward + SPEAR tool-call bonus (SPEAR, arXiv 2509.22601),
+            reward units; what the std filter ranks.
+        penalty: float32 >= 0, invalid-action penalty of the row (as verl-agent).
         invalid: bool, the row's action failed the format check.
         bonus: float32, the tool-call bonus included in ``score_raw`` (0 when off).
         step_rewards: float32, env reward of the row's own step.
         step_index: long, 0-based step id inside the trajectory.
-        step_returns: float32, GiGPO's discounted return ``R_t`` (gigpo_grpo.md §3.1), computed on
+        step_returns: float32, GiGPO's discounted return ``R_t`` (arXiv 2505.10978), computed on
             *all* rows before any filter; raw env rewards only (no bonus, no penalty).
         row_mask: float32 0/1; 0 = the whole response is masked by a Dr.BoT response filter
-            (spear.md §6.3): the row stays in the advantage statistics but trains nothing.
+            (as SPEAR): the row stays in the advantage statistics but trains nothing.
     """
 
     rows: list[Step]
@@ -92,7 +93,7 @@ class StepTable:
         )
 
     def advantage_input(self) -> AdvantageInput:
-        """The estimator input of these rows (gigpo_grpo.md §2–§4): scores with the penalty
+        """The estimator input of these rows (GRPO / GiGPO): scores with the penalty
         subtracted, the penalty again for GiGPO's ``R_t``, the precomputed step returns, the raw
         observations as GiGPO anchors, and the unmasked response length of each row."""
         return AdvantageInput(
@@ -119,7 +120,7 @@ class RowBatch:
         position_ids: ``[b, P+R]`` long.
         responses: ``[b, R]`` long, the sampled ids (padding = pad id).
         response_mask: ``[b, R]`` float, 1 on sampled tokens.
-        action_mask: ``[b, R]`` float, 1 on action tokens (serl.md §2.3).
+        action_mask: ``[b, R]`` float, 1 on action tokens (SERL's action mask, arXiv 2605.19447).
     """
 
     input_ids: torch.Tensor

@@ -88,7 +88,7 @@ class MetricsLogger:
 
 def rollout_metrics(groups: list[Group], prefix: str = "episode") -> dict[str, float]:
     """Success, reward, length, valid-action ratio and per-task-type success of a set of groups
-    (verl-agent's ``episode/*`` metrics, serl.md §8)."""
+    (verl-agent's ``episode/*`` metrics)."""
     trajs = [t for g in groups for t in g.trajectories]
     if not trajs:
         return {}

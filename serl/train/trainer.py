@@ -1,32 +1,34 @@
 """The training loop: rollout → rewards → filters → advantages → SERL weights → PPO update
 (+ SPEAR replay) → sync → save.
 
-One iteration, readable top to bottom in :meth:`Trainer.train_iteration`, in the order of
-spear.md §0 (``step`` = the 1-based global step, verl's ``global_steps``):
+One iteration, readable top to bottom in :meth:`Trainer.train_iteration`, in the order of SPEAR's
+hybrid trainer (arXiv 2509.22601; ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/ray_trainer_hybrid.py``
+``fit``; ``step`` = the 1-based global step, verl's ``global_steps``):
 
 1. draw ``train_batch_size`` tasks; play ``env.rollout.n`` episodes of each (step rows);
 2. per row: GiGPO's discounted step return from the raw env rewards, on all rows before any
-   filter (gigpo_grpo.md §3.1); the score = episode reward + SPEAR's tool-call bonus (spear.md §5);
-   the Dr.BoT response filters mask flagged rows (spear.md §6.3) and the group std filter drops
-   whole groups (spear.md §6.4);
-3. score − ``invalid_action_penalty_coef`` per malformed action (gigpo_grpo.md §4), advantages
-   from the registry (``algorithm.adv_estimator``), one per row;
-4. SPEAR: a full replay buffer becomes this step's replay batch, with recalibrated advantages
-   (spear.md §1, §2);
-5. SERL, while λ_eff(u) > 0: privileged contexts per row, teacher log-probs of the student's
-   own response tokens (one no-grad pass per iteration: the teacher is frozen during the update,
-   serl.md §6); with ``actor.use_kl_loss`` the frozen reference model's log-probs (gigpo_grpo.md §5);
+   filter (arXiv 2505.10978; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``); the score =
+   episode reward + SPEAR's tool-call bonus; the Dr.BoT response filters mask flagged rows and
+   the group std filter drops whole groups (both as SPEAR's ``ray_trainer_hybrid.py``);
+3. score − ``invalid_action_penalty_coef`` per malformed action (as verl-agent), advantages
+   from the registry (``algorithm.adv_estimator``: GRPO arXiv 2402.03300, GiGPO), one per row;
+4. SPEAR: a full replay buffer becomes this step's replay batch, with recalibrated advantages;
+5. the :class:`~serl.train.batch.UpdateBatch` of the rows; SERL (arXiv 2605.19447), while
+   λ_eff(u) > 0: privileged contexts per row, teacher log-probs of the student's own response
+   tokens (one inference pass per iteration: the teacher is frozen during the update, as
+   ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/ray_trainer.py``); with ``actor.use_kl_loss``
+   the frozen reference model's log-probs (verl's ``use_kl_loss``);
 6. update: PPO mini-batches of rows (one optimizer step each; gradient accumulation over
    micro-batches; SERL's weights on action tokens; entropy bonus; reference KL), then the replay
-   mini-batches with their own optimizer steps (spear.md §3);
-7. SPEAR: drop stale buffer entries, admit this step's positive-advantage rows (spear.md §1);
+   mini-batches with their own optimizer steps (as SPEAR's ``update_actor``);
+7. SPEAR: drop stale buffer entries, admit this step's positive-advantage rows;
 8. u += 1; hard-sync the teacher every ``teacher_sync_interval`` updates; metrics; checkpoint.
 
 Departures from the original, all documented in README "Deviations": no duplicated padding
-rows (§10.7), action masks on sampled ids (§10.5), teacher-prompt truncation keeps the chat
-template's end (§10.4), the teacher and λ schedule are checkpointed (§10.13), and the old
-log-probs of the first mini-batch are the detached current log-probs (exact: no parameter has
-changed yet), which saves one forward pass over those rows.
+rows, action masks on sampled ids, teacher-prompt truncation keeps the chat template's end,
+the teacher and λ schedule are checkpointed, and the old log-probs of the first mini-batch
+are the detached current log-probs (exact: no parameter has changed yet), which saves one
+forward pass over those rows.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from serl.algos.advantages import (AdvantageInput, anchor_group_sizes, discounted_step_returns,
-                                   get_advantage_fn, gigpo_anchor_index, invalid_action_penalty)
+from serl.algos.advantages import (anchor_group_sizes, discounted_step_returns, get_advantage_fn,
+                                   gigpo_anchor_index, invalid_action_penalty)
 from serl.algos.filters import apply_response_filters, enabled_filters, group_std_filter, response_flags
 from serl.algos.losses import agg_loss, get_policy_loss_fn, kl_loss, replay_loss_config
 from serl.algos.serl import effective_lambda, serl_token_weights, teacher_needs_sync
@@ -158,44 +160,14 @@ class Trainer:
         if not resume:
             atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
 
-        # ---- models
-        path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
-        self.tokenizer = load_tokenizer(path)
-        self.infer_dtype = pick_dtype(cfg.model.dtype, self.device)
-        train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
-        # fp32 master weights; bf16 training = autocast (model.md §2b)
-        self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
-        self.policy = load_causal_lm(path, torch.float32, self.device, cfg.model.trust_remote_code)
-        if cfg.model.gradient_checkpointing:  # halves peak memory at little cost (model.md §2b)
-            enable = getattr(self.policy, "activation_checkpointing_enable", None) or \
-                self.policy.gradient_checkpointing_enable
-            enable()
-        self.policy.config.use_cache = False
-        if self.infer_dtype != torch.float32:
-            # a bf16 copy for sampling, re-synced after every update (fast batched bf16 generate)
-            self.rollout_model = Teacher(self.policy, self.infer_dtype).model
-        else:
-            self.rollout_model = self.policy
-        self.teacher = Teacher(self.policy, self.infer_dtype) if cfg.algorithm.serl.enable else None
-        # the KL reference: a frozen copy of the initial policy θ0 (gigpo_grpo.md §5). Built
-        # before a resume loads the checkpoint, so it is θ0 on resume too; never saved.
-        self.ref = Teacher(self.policy, self.infer_dtype) if cfg.actor.use_kl_loss else None
+        self._load_models()
         self.context_builder = SerlContextBuilder(cfg.algorithm.serl) if self.teacher else None
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.actor.lr,
                                            weight_decay=cfg.actor.weight_decay)
         self.engine = HFEngine(self.rollout_model, self.tokenizer, cfg.rollout.micro_batch_size)
 
-        # ---- algorithms
-        self.adv_fn = get_advantage_fn(cfg.algorithm.adv_estimator)
-        self.loss_fn = get_policy_loss_fn(cfg.actor.policy_loss)
-        # the loss parameters of each batch kind (UpdateBatch.prefix): SPEAR's replay rows take
-        # the *_replay ones (TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/core_algos.py)
-        self.loss_cfgs = {"actor": cfg.actor, "replay": replay_loss_config(cfg.actor)}
-        spear = cfg.algorithm.spear
-        self.replay_buffer = ReplayBuffer.from_config(cfg) if spear.enable_trajectory_replay else None
-        # draws of the std filter's power-of-two trim and of the replay batch; checkpointed
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self._build_algorithms()
 
         # ---- data and envs
         self.sampler = TaskSampler(list_tasks(cfg, cfg.env.train_split), cfg.seed)
@@ -211,6 +183,46 @@ class Trainer:
         self.logger = MetricsLogger(self.run_dir, cfg.trainer.logger)
         if resume:
             self._resume()
+
+    def _build_algorithms(self) -> None:
+        """The advantage estimator, the policy loss and its per-batch-kind parameters, SPEAR's
+        replay buffer and the generator of the std filter's and the replay batch's draws."""
+        cfg = self.cfg
+        self.adv_fn = get_advantage_fn(cfg.algorithm.adv_estimator)
+        self.loss_fn = get_policy_loss_fn(cfg.actor.policy_loss)
+        # the loss parameters of each batch kind (UpdateBatch.prefix): SPEAR's replay rows take
+        # the *_replay ones (TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/core_algos.py)
+        self.loss_cfgs = {"actor": cfg.actor, "replay": replay_loss_config(cfg.actor)}
+        spear = cfg.algorithm.spear
+        self.replay_buffer = ReplayBuffer.from_config(cfg) if spear.enable_trajectory_replay else None
+        # draws of the std filter's power-of-two trim and of the replay batch; checkpointed
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+
+    def _load_models(self) -> None:
+        """The tokenizer, the fp32 policy (master weights), its rollout copy, SERL's teacher and
+        the KL reference."""
+        cfg = self.cfg
+        path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
+        self.tokenizer = load_tokenizer(path)
+        self.infer_dtype = pick_dtype(cfg.model.dtype, self.device)
+        train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
+        # fp32 master weights; bf16 training = autocast
+        self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
+        self.policy = load_causal_lm(path, torch.float32, self.device, cfg.model.trust_remote_code)
+        if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
+            enable = getattr(self.policy, "activation_checkpointing_enable", None) or \
+                self.policy.gradient_checkpointing_enable
+            enable()
+        self.policy.config.use_cache = False
+        if self.infer_dtype != torch.float32:
+            # a bf16 copy for sampling, re-synced after every update (fast batched bf16 generate)
+            self.rollout_model = Teacher(self.policy, self.infer_dtype).model
+        else:
+            self.rollout_model = self.policy
+        self.teacher = Teacher(self.policy, self.infer_dtype) if cfg.algorithm.serl.enable else None
+        # the KL reference: a frozen copy of the initial policy θ0 (verl's ``ref``). Built
+        # before a resume loads the checkpoint, so it is θ0 on resume too; never saved.
+        self.ref = Teacher(self.policy, self.infer_dtype) if cfg.actor.use_kl_loss else None
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -323,7 +335,7 @@ class Trainer:
 
     def _after_update(self, metrics: dict[str, float]) -> None:
         """u += 1; copy the policy into the rollout model; hard-sync SERL's teacher every
-        ``teacher_sync_interval`` updates (serl.md §6); iteration += 1."""
+        ``teacher_sync_interval`` updates (as SERL's trainer); iteration += 1."""
         self.update_step += 1
         self._sync_rollout_model()
         if self.teacher is not None and teacher_needs_sync(self.update_step, self.cfg.algorithm.serl.teacher_sync_interval):
@@ -336,7 +348,7 @@ class Trainer:
 
         Then, unless this is the last iteration, draws the next iteration's tasks and starts their
         env resets in the workers, to run while this update trains (ALFWorld's reset re-translates
-        the PDDL: ~0.85 s of CPU per env, alfworld.md §4).
+        the PDDL: ~0.85 s of CPU per env).
         """
         c = self.cfg
         if self.pool is None:
@@ -363,11 +375,11 @@ class Trainer:
         """Every step row of ``groups`` (``iter_steps`` order) with its scalars, before any filter.
 
         * ``score_raw`` = episode reward + ``toolcall_bonus(L, step)`` of the row's trajectory
-          (spear.md §5; 0 with ``algorithm.use_toolcall_reward=none``);
-        * ``penalty`` = ``actor.invalid_action_penalty_coef`` on a malformed action (gigpo_grpo.md §4);
+          (SPEAR, arXiv 2509.22601; 0 with ``algorithm.use_toolcall_reward=none``);
+        * ``penalty`` = ``actor.invalid_action_penalty_coef`` on a malformed action (as verl-agent);
         * ``step_returns`` = GiGPO's discounted ``R_t`` with ``algorithm.gamma`` from the raw env
           rewards — here, before the std filter can drop a trajectory's rewarded last step
-          (gigpo_grpo.md §3.1);
+          (``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``);
         * ``row_mask`` all ones (the response filters come next).
         """
         a, alg = self.cfg.actor, self.cfg.algorithm
@@ -403,21 +415,13 @@ class Trainer:
             row_mask=torch.ones(n, dtype=torch.float32),
         )
 
-    def _advantage_input(self, groups: list[Group], rows: list[Step]) -> AdvantageInput:
-        """The estimator input of every row of ``groups``, unfiltered (``rows`` must be
-        ``iter_steps(groups)``'s rows; kept for callers such as benchmarks/bench_train.py)."""
-        table = self._step_table(groups, self.iteration + 1)
-        if len(table) != len(rows):
-            raise ValueError(f"{len(rows)} rows given but the groups hold {len(table)}")
-        return table.advantage_input()
-
     def _filtered_rows(self, groups: list[Group], step: int, metrics: dict[str, float]) -> StepTable:
-        """The rows that train this iteration (spear.md §0 steps 4–6).
+        """The rows that train this iteration (SPEAR's ``fit`` order: filters before advantages).
 
         1. :meth:`_step_table` (scores with the tool-call bonus, GiGPO step returns on all rows);
-        2. Dr.BoT response filters (``algorithm.filter_*_responses``, spear.md §6.3): a flagged
+        2. Dr.BoT response filters (``algorithm.filter_*_responses``, as SPEAR): a flagged
            row's ``row_mask`` becomes 0 — it stays in the batch and in the group statistics;
-        3. group std filter (``rollout.rollout_filter_ratio`` / ``_type``, spear.md §6.4) on the
+        3. group std filter (``rollout.rollout_filter_ratio`` / ``_type``, as SPEAR) on the
            score before the invalid-action penalty; 1.0 keeps every row. Its power-of-two trim
            draws from ``self.generator``.
         """
@@ -439,11 +443,11 @@ class Trainer:
         return table.select(keep.tolist())
 
     def _advantages(self, table: StepTable, metrics: dict[str, float]) -> torch.Tensor:
-        """One advantage per row from ``algorithm.adv_estimator`` (gigpo_grpo.md §2, §3); ``[rows]``.
+        """One advantage per row from ``algorithm.adv_estimator`` (GRPO arXiv 2402.03300, GiGPO arXiv 2505.10978); ``[rows]``.
 
         GiGPO's anchor groups (exact ``Step.observation`` match inside a task group, or similarity
         with ``algorithm.gigpo.enable_similarity``) are computed here once, for the estimator and
-        for the step-group metrics of gigpo_grpo.md §3.7.
+        for the step-group metrics (``gigpo/*``).
         """
         alg = self.cfg.algorithm
         data = table.advantage_input()
@@ -462,7 +466,7 @@ class Trainer:
         return adv
 
     def _take_replay_batch(self, metrics: dict[str, float]) -> list[ReplayRow]:
-        """SPEAR (spear.md §0 step 9, §1 "Consumption"): if the buffer is full, all of it becomes
+        """SPEAR (``TrajectoryBufferBatch`` of ``ray_trainer_hybrid.py``): if the buffer is full, all of it becomes
         this step's replay batch with recalibrated advantages, and the buffer is emptied;
         otherwise no replay rows. The sample draws from ``self.generator``."""
         buf = self.replay_buffer
@@ -477,7 +481,7 @@ class Trainer:
 
     def _store_replay_rows(self, table: StepTable, adv: torch.Tensor, old_lp: list[torch.Tensor], step: int,
                            metrics: dict[str, float]) -> None:
-        """SPEAR (spear.md §0 step 11): ``remove_old`` then admit this step's rows with a positive
+        """SPEAR (``TrajectoryBufferBatch`` of ``ray_trainer_hybrid.py``): ``remove_old`` then admit this step's rows with a positive
         advantage. Each kept row is offered with its behaviour log-probs, its token advantages
         (estimator output × response mask after the filters, before SERL's weights) and its score."""
         if self.replay_buffer is None:
