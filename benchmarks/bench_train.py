@@ -27,6 +27,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from serl.config import load_config  # noqa: E402
+from serl.train.batch import UpdateBatch  # noqa: E402
 from serl.train.trainer import Trainer, make_pool  # noqa: E402
 from serl.trajectory import iter_steps  # noqa: E402
 
@@ -73,18 +74,20 @@ def main(argv: list[str]) -> dict:
         state = copy.deepcopy(tr.policy.state_dict())
         opt_state = copy.deepcopy(tr.optimizer.state_dict())
 
+        table = tr._step_table(groups, 1)
+
         def grpo_update():
-            adv = tr.adv_fn(tr._advantage_input(groups, rows), cfg.algorithm)
-            tr._update(rows, adv, [None] * len(rows), [False] * len(rows), 0.0)
+            adv = tr.adv_fn(table.advantage_input(), cfg.algorithm)
+            tr._update(UpdateBatch.from_steps(table.rows, adv, table.row_mask))
 
         def serl_update():
-            adv = tr.adv_fn(tr._advantage_input(groups, rows), cfg.algorithm)
-            m: dict = {}
-            lam = cfg.algorithm.serl.mixing_lambda
+            adv = tr.adv_fn(table.advantage_input(), cfg.algorithm)
+            batch = UpdateBatch.from_steps(table.rows, adv, table.row_mask)
+            batch.serl_lambda = cfg.algorithm.serl.mixing_lambda
             t = time.perf_counter()
-            tlp, has = tr._teacher_logprobs(groups, rows, lam, m, None)
+            batch.teacher_log_probs, batch.has_context = tr._teacher_logprobs(groups, table, batch, {})
             serl_update.teacher_s = time.perf_counter() - t
-            tr._update(rows, adv, tlp, has, lam)
+            tr._update(batch)
 
         t = time.perf_counter()
         grpo_update()

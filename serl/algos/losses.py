@@ -1,17 +1,26 @@
-"""Policy losses in a registry, and the one loss-aggregation function (verl ``core_algos``).
+"""Policy losses in a registry, the loss aggregation and the reference-KL estimators, with verl's
+argument order and names (``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``).
 
-Every policy loss has the signature::
+Every registered policy loss has the signature::
 
-    fn(logprob, old_logprob, advantages, response_mask, cfg) -> (loss: Tensor[], metrics: dict)
+    fn(old_log_prob, log_prob, advantages, response_mask, config) -> (loss: Tensor[], metrics: dict)
 
-with ``logprob``/``old_logprob``/``advantages``/``response_mask`` of shape ``[batch, resp_len]``.
-``advantages`` are per-token: SERL's selective weights (and any other token weighting) are
-applied to them *before* the loss sees them, so every loss composes with SERL.
+with ``old_log_prob``/``log_prob``/``advantages``/``response_mask`` of shape ``[batch, resp_len]``
+(log-probs in nats) and ``config`` the ``actor`` config (``loss_agg_mode``, clip ratios, ...). The
+first four arguments are verl's ``compute_policy_loss(old_log_prob, log_prob, advantages,
+response_mask, ...)``; serl passes the loss parameters as one config object where verl passes
+``cliprange*`` / ``loss_agg_mode`` keywords, and returns the metrics as a dict (``pg_clipfrac``,
+``pg_clipfrac_lower``, ``ppo_kl``) where verl returns a tuple. :func:`compute_policy_loss` is the
+verl-shaped PPO loss itself, keyword for keyword. ``advantages`` are per-token: SERL's selective
+weights (and any other token weighting) are applied to them *before* the loss sees them, so every
+loss composes with SERL.
 
-Registered: ``vanilla`` (PPO clip, clip-higher, dual clip; gigpo_grpo.md §6.2), ``clip_cov``,
-``kl_cov``, ``gpg`` (spear.md §4). A SPEAR replay mini-batch calls the same function with
-``replay_loss_config(cfg)`` (the ``*_replay`` parameters; spear.md §3). The reference-KL
-estimators are :func:`kl_penalty` / :func:`kl_loss` (gigpo_grpo.md §5). Log-probs are in nats.
+Registered: ``vanilla`` (PPO clip, clip-higher, dual clip), ``clip_cov``, ``kl_cov`` (Clip-Cov /
+KL-Cov, arXiv 2505.22617) and ``gpg`` (as SPEAR, arXiv 2509.22601, code
+``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/core_algos.py``). A SPEAR replay
+mini-batch calls the same function with ``replay_loss_config(config)`` (the ``*_replay``
+parameters). The reference-KL estimators are :func:`kl_penalty` / :func:`kl_loss`, the aggregation
+:func:`agg_loss` (both verl's names and argument order).
 """
 
 from __future__ import annotations
@@ -56,7 +65,9 @@ def agg_loss(
     *,
     loss_scale_factor: Optional[float] = None,
 ) -> torch.Tensor:
-    """Aggregate a per-token loss to a scalar (gigpo_grpo.md §6.1, spear.md §6.2).
+    """Aggregate a per-token loss to a scalar: verl's ``agg_loss(loss_mat, loss_mask, loss_agg_mode)``
+    (``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``; the ``-norm`` mode is Dr.GRPO's,
+    arXiv 2503.20783).
 
     Args:
         loss_mat: ``[batch, resp_len]`` per-token loss.
@@ -74,7 +85,7 @@ def agg_loss(
 
     Rows whose mask is all zero (Dr.BoT-filtered rows) contribute 0 in every mode and still
     count in ``B`` for the ``seq-mean-*`` modes. The original's ``seq-mean-token-mean`` gives
-    0/0 = NaN for such a row (spear.md §6.2); here their token-mean is 0.
+    0/0 = NaN for such a row (a departure: here their token-mean is 0).
 
     Returns:
         A 0-dim tensor.
@@ -97,40 +108,49 @@ def agg_loss(
     raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid: {list(AGG_MODES)}")
 
 
-@register_policy_loss("vanilla")
-def ppo_clip_loss(
-    logprob: torch.Tensor,
-    old_logprob: torch.Tensor,
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    cfg,
+    cliprange: Optional[float] = None,
+    cliprange_low: Optional[float] = None,
+    cliprange_high: Optional[float] = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    *,
+    loss_scale_factor: Optional[float] = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO clipped surrogate with decoupled clip range and dual clip (gigpo_grpo.md §6.2).
+    """PPO clipped surrogate with decoupled clip range and dual clip: verl's
+    ``compute_policy_loss`` (``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``).
 
     ``r = exp(clamp(logπ − logπ_old, −20, 20))``;
     ``L_clip = max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high))``;
-    for ``A < 0``: ``L = min(L_clip, −A·c)`` (dual clip, Ye et al. 2019), else ``L = L_clip``.
+    for ``A < 0``: ``L = min(L_clip, −A·c)`` (dual clip, Ye et al. 2019, arXiv 1912.09729), else
+    ``L = L_clip``; aggregated with :func:`agg_loss`.
 
     Args:
-        logprob, old_logprob, advantages, response_mask: ``[batch, resp_len]``.
-        cfg: the ``actor`` config (``clip_ratio``, ``clip_ratio_low/high``, ``clip_ratio_c``,
-            ``loss_agg_mode``).
+        old_log_prob, log_prob, advantages, response_mask: ``[batch, resp_len]``.
+        cliprange: ε, the fallback of ``cliprange_low`` / ``cliprange_high`` when those are None.
+        clip_ratio_c: the dual-clip bound ``c`` (> 1).
+        loss_agg_mode: see :func:`agg_loss`; loss_scale_factor: its ``L`` (a serl addition).
 
     Returns:
-        ``(loss, metrics)`` with ``pg_clipfrac``, ``pg_clipfrac_lower`` and ``ppo_kl``.
+        ``(loss, metrics)`` with ``pg_clipfrac``, ``pg_clipfrac_lower`` and ``ppo_kl`` (verl
+        returns the same three values as a tuple ``(pg_loss, pg_clipfrac, ppo_kl,
+        pg_clipfrac_lower)``).
     """
-    eps_low = cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low
-    eps_high = cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high
-    c = cfg.clip_ratio_c
-    neg_kl = torch.clamp(logprob - old_logprob, -20.0, 20.0)
+    eps_low = cliprange if cliprange_low is None else cliprange_low
+    eps_high = cliprange if cliprange_high is None else cliprange_high
+    neg_kl = torch.clamp(log_prob - old_log_prob, -20.0, 20.0)
     ratio = torch.exp(neg_kl)
     loss1 = -advantages * ratio
     loss2 = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     clip_loss = torch.maximum(loss1, loss2)
-    loss3 = -advantages * c
+    loss3 = -advantages * clip_ratio_c
     dual = torch.minimum(loss3, clip_loss)
     loss_mat = torch.where(advantages < 0, dual, clip_loss)
-    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode, loss_scale_factor=_scale(cfg))
+    loss = agg_loss(loss_mat, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": masked_mean((loss2 > loss1).float(), response_mask).item(),
@@ -138,6 +158,23 @@ def ppo_clip_loss(
             "ppo_kl": masked_mean(-neg_kl, response_mask).item(),
         }
     return loss, metrics
+
+
+@register_policy_loss("vanilla")
+def ppo_clip_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    config,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The registered ``vanilla`` loss: :func:`compute_policy_loss` with the ``actor`` config's
+    ``clip_ratio``, ``clip_ratio_low/high``, ``clip_ratio_c``, ``loss_agg_mode`` and
+    ``loss_scale_factor``. Tensors ``[batch, resp_len]``; returns ``(loss, metrics)``."""
+    return compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, cliprange=config.clip_ratio,
+                               cliprange_low=config.clip_ratio_low, cliprange_high=config.clip_ratio_high,
+                               clip_ratio_c=config.clip_ratio_c, loss_agg_mode=config.loss_agg_mode,
+                               loss_scale_factor=_scale(config))
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -152,29 +189,30 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-def _scale(cfg) -> Optional[float]:
+def _scale(config) -> Optional[float]:
     """``actor.loss_scale_factor`` (None if the config has no such key)."""
-    return getattr(cfg, "loss_scale_factor", None)
+    return getattr(config, "loss_scale_factor", None)
 
 
-def _clip_eps(cfg) -> tuple[float, float]:
+def _clip_eps(config) -> tuple[float, float]:
     """``(ε_low, ε_high)``: ``clip_ratio_low/high``, each falling back to ``clip_ratio``."""
-    eps_low = cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low
-    eps_high = cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high
+    eps_low = config.clip_ratio if config.clip_ratio_low is None else config.clip_ratio_low
+    eps_high = config.clip_ratio if config.clip_ratio_high is None else config.clip_ratio_high
     return float(eps_low), float(eps_high)
 
 
-#: the original code's values when a ``*_replay`` key is None (spear.md §4 table)
+#: the original code's values when a ``*_replay`` key is None
+#: (``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/core_algos.py``)
 REPLAY_FALLBACKS = {"clip_cov_ratio": 0.002, "clip_cov_lb": 1.0, "clip_cov_ub": 40.0, "kl_cov_ratio": 0.8}
 
 
 def replay_loss_config(cfg):
-    """The ``actor`` config a SPEAR *replay* mini-batch's loss uses (spear.md §3, §4).
+    """The ``actor`` config a SPEAR *replay* mini-batch's loss uses (arXiv 2509.22601).
 
     A shallow copy of ``cfg`` in which ``clip_cov_ratio``, ``clip_cov_lb``, ``clip_cov_ub`` and
     ``kl_cov_ratio`` take the values of their ``*_replay`` keys, or the original code's
     fallbacks (0.002, 1.0, 40.0, 0.8) when those are None. Everything else (clip ratios,
-    ``ppo_kl_coef``, ``loss_agg_mode``) is shared with on-policy. Pass the result as ``cfg`` to
+    ``ppo_kl_coef``, ``loss_agg_mode``) is shared with on-policy. Pass the result as ``config`` to
     any registered loss: this is the original's ``is_replay=True`` without a new argument.
     """
     out = copy.copy(cfg)
@@ -185,31 +223,33 @@ def replay_loss_config(cfg):
 
 
 # --------------------------------------------------------------------------------------------
-# KL to the reference policy (gigpo_grpo.md §5, spear.md §6.1)
+# KL to the reference policy (verl ``kl_penalty``)
 # --------------------------------------------------------------------------------------------
 
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 
 
-def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_type: str) -> torch.Tensor:
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference (Schulman's k1/k2/k3).
 
     - ``kl`` / ``k1``: ``logπ − logπ_ref``;
     - ``abs``: ``|logπ − logπ_ref|``;
     - ``mse`` / ``k2``: ``½ (logπ − logπ_ref)²``;
     - ``low_var_kl`` / ``k3``: with ``x = logπ_ref − logπ``, ``e^x − x − 1`` clamped to
-      [−10, 10] (gigpo_grpo.md §5; spear.md §6.1).
+      [−10, 10], as verl (``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``;
+      Schulman, "Approximating KL divergence", 2020).
 
     Args:
         logprob, ref_logprob: ``[batch, resp_len]`` log-probs (nats) of the sampled tokens.
-        kl_type: one of :data:`KL_TYPES` (``actor.kl_loss_type``).
+        kl_penalty: one of :data:`KL_TYPES` (``actor.kl_loss_type``); verl's argument name.
 
     Returns:
         ``[batch, resp_len]`` per-token estimate in nats (not masked).
 
     Raises:
-        ValueError: unknown ``kl_type``.
+        ValueError: unknown ``kl_penalty``.
     """
+    kl_type = kl_penalty
     if kl_type in ("kl", "k1"):
         return logprob - ref_logprob
     if kl_type == "abs":
@@ -233,28 +273,29 @@ def kl_loss(
 ) -> torch.Tensor:
     """``agg(kl_penalty(logπ, logπ_ref))``: the reference-KL loss the trainer adds as
     ``actor.kl_loss_coef · kl_loss`` when ``actor.use_kl_loss`` (on-policy mini-batches only;
-    SPEAR replay gets no reference KL, spear.md §3). Shapes ``[batch, resp_len]``; 0-dim result.
+    SPEAR replay gets no reference KL, as the original). Shapes ``[batch, resp_len]``; 0-dim result.
     """
     kld = kl_penalty(logprob, ref_logprob, kl_type)
     return agg_loss(kld, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
 
 
 # --------------------------------------------------------------------------------------------
-# Clip-Cov, KL-Cov (arXiv 2505.22617) and GPG (spear.md §4)
+# Clip-Cov, KL-Cov (arXiv 2505.22617) and GPG (as in SPEAR's core_algos.py)
 # --------------------------------------------------------------------------------------------
 
 
 @register_policy_loss("clip_cov")
 def clip_cov_loss(
-    logprob: torch.Tensor,
-    old_logprob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    cfg,
+    config,
     *,
     generator: Optional[torch.Generator] = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clip-Cov: PPO clip, plus the gradient cut on random high-covariance tokens (spear.md §4).
+    """Clip-Cov: PPO clip, plus the gradient cut on random high-covariance tokens (arXiv 2505.22617;
+    ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/core_algos.py``).
 
     With ``r = exp(clamp(logπ − logπ_old, −20, 20))`` (the clamp as ``vanilla``; the original
     has none here, identical inside the range):
@@ -269,13 +310,13 @@ def clip_cov_loss(
     - ``L = max(L1, L2) · corr`` — no dual clip in this mode.
 
     Args:
-        logprob: ``[batch, resp_len]`` current log-probs (with grad).
-        old_logprob: ``[batch, resp_len]`` behaviour log-probs (stored ones for replay).
+        old_log_prob: ``[batch, resp_len]`` behaviour log-probs (stored ones for replay).
+        log_prob: ``[batch, resp_len]`` current log-probs (with grad).
         advantages: ``[batch, resp_len]`` per-token advantages (SERL weights already applied).
         response_mask: ``[batch, resp_len]`` 0/1.
-        cfg: the ``actor`` config (``clip_ratio*``, ``clip_cov_ratio``, ``clip_cov_lb``,
+        config: the ``actor`` config (``clip_ratio*``, ``clip_cov_ratio``, ``clip_cov_lb``,
             ``clip_cov_ub``, ``loss_agg_mode``, ``loss_scale_factor``); for replay pass
-            :func:`replay_loss_config` ``(cfg)``.
+            :func:`replay_loss_config` ``(config)``.
         generator: RNG of the random token choice (None = torch's global RNG).
 
     Returns:
@@ -285,19 +326,19 @@ def clip_cov_loss(
     Raises:
         ValueError: ``clip_cov_ratio <= 0``.
     """
-    ratio_k = float(cfg.clip_cov_ratio)
+    ratio_k = float(config.clip_cov_ratio)
     if ratio_k <= 0:
         raise ValueError(f"clip_cov_ratio must be > 0, got {ratio_k}")
-    lb, ub = float(cfg.clip_cov_lb), float(cfg.clip_cov_ub)
-    eps_low, eps_high = _clip_eps(cfg)
-    neg_kl = torch.clamp(logprob - old_logprob, -20.0, 20.0)
+    lb, ub = float(config.clip_cov_lb), float(config.clip_cov_ub)
+    eps_low, eps_high = _clip_eps(config)
+    neg_kl = torch.clamp(log_prob - old_log_prob, -20.0, 20.0)
     ratio = torch.exp(neg_kl)
     loss1 = -advantages * ratio
     loss2 = -advantages * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     valid = response_mask > 0
     with torch.no_grad():
         clipped_by_ppo = (loss2 > loss1) & valid
-        lp = logprob.detach()
+        lp = log_prob.detach()
         cov = (advantages - masked_mean(advantages, response_mask)) * (lp - masked_mean(lp, response_mask))
         cand = (cov > lb) & (cov < ub) & valid & ~clipped_by_ppo
         idx = torch.nonzero(cand)
@@ -308,7 +349,7 @@ def clip_cov_loss(
             pick = idx[perm.to(idx.device)]
             corr[pick[:, 0], pick[:, 1]] = 0.0
     loss_mat = torch.maximum(loss1, loss2) * corr
-    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode, loss_scale_factor=_scale(cfg))
+    loss = agg_loss(loss_mat, response_mask, config.loss_agg_mode, loss_scale_factor=_scale(config))
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": masked_mean((corr == 0).float(), response_mask).item(),
@@ -320,14 +361,14 @@ def clip_cov_loss(
 
 @register_policy_loss("kl_cov")
 def kl_cov_loss(
-    logprob: torch.Tensor,
-    old_logprob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    cfg,
+    config,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL-Cov: unclipped policy gradient plus a |Δlogπ| penalty on the top-covariance tokens
-    (spear.md §4).
+    (arXiv 2505.22617; ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/core_algos.py``).
 
     ``L_t = −A_t·r_t`` with ``r = exp(clamp(logπ − logπ_old, −20, 20))`` and **no ratio
     clipping**; over the ``N`` valid tokens of the micro-batch
@@ -336,9 +377,9 @@ def kl_cov_loss(
     ``L_t = −A_t·r_t + β·|logπ_t − logπ_old,t|`` with ``β = actor.ppo_kl_coef``.
 
     Args:
-        logprob, old_logprob, advantages, response_mask: ``[batch, resp_len]``.
-        cfg: the ``actor`` config (``kl_cov_ratio``, ``ppo_kl_coef``, ``loss_agg_mode``); for
-            replay pass :func:`replay_loss_config` ``(cfg)``.
+        old_log_prob, log_prob, advantages, response_mask: ``[batch, resp_len]``.
+        config: the ``actor`` config (``kl_cov_ratio``, ``ppo_kl_coef``, ``loss_agg_mode``); for
+            replay pass :func:`replay_loss_config` ``(config)``.
 
     Returns:
         ``(loss, metrics)``: ``ppo_kl`` = mean |Δlogπ| (as the original reports),
@@ -347,11 +388,11 @@ def kl_cov_loss(
     Raises:
         ValueError: ``kl_cov_ratio <= 0``.
     """
-    ratio_k = float(cfg.kl_cov_ratio)
+    ratio_k = float(config.kl_cov_ratio)
     if ratio_k <= 0:
         raise ValueError(f"kl_cov_ratio must be > 0, got {ratio_k}")
-    beta = float(cfg.ppo_kl_coef)
-    diff = logprob - old_logprob
+    beta = float(config.ppo_kl_coef)
+    diff = log_prob - old_log_prob
     ratio = torch.exp(torch.clamp(diff, -20.0, 20.0))
     abs_kl = diff.abs()
     base = -advantages * ratio
@@ -362,13 +403,13 @@ def kl_cov_loss(
         n_valid = flat_valid.numel()
         if n_valid > 0:
             a = advantages.detach().reshape(-1)[flat_valid].float()
-            lp = logprob.detach().reshape(-1)[flat_valid].float()
+            lp = log_prob.detach().reshape(-1)[flat_valid].float()
             cov = (a - a.mean()) * (lp - lp.mean())
             k = max(1, int(n_valid * ratio_k))
             top = torch.topk(cov, min(k, n_valid), largest=True).indices
             sel.reshape(-1)[flat_valid[top]] = True
     loss_mat = torch.where(sel, base + beta * abs_kl, base)
-    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode, loss_scale_factor=_scale(cfg))
+    loss = agg_loss(loss_mat, response_mask, config.loss_agg_mode, loss_scale_factor=_scale(config))
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": masked_mean(sel.float(), response_mask).item(),
@@ -380,29 +421,30 @@ def kl_cov_loss(
 
 @register_policy_loss("gpg")
 def gpg_loss(
-    logprob: torch.Tensor,
-    old_logprob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    cfg,
+    config,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GPG: plain policy gradient ``L_t = −logπ_t · A_t`` — no ratio, no clipping; the old
-    log-probs are not used in the loss (spear.md §4).
+    log-probs are not used in the loss (GPG, arXiv 2504.02546; as
+    ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/core_algos.py``).
 
     Args:
-        logprob, old_logprob, advantages, response_mask: ``[batch, resp_len]``.
-        cfg: the ``actor`` config (``loss_agg_mode``, ``loss_scale_factor``).
+        old_log_prob, log_prob, advantages, response_mask: ``[batch, resp_len]``.
+        config: the ``actor`` config (``loss_agg_mode``, ``loss_scale_factor``).
 
     Returns:
         ``(loss, metrics)``: ``pg_clipfrac`` = ``pg_clipfrac_lower`` = 0; ``ppo_kl`` =
         mean(logπ_old − logπ) for monitoring only.
     """
-    loss_mat = -logprob * advantages
-    loss = agg_loss(loss_mat, response_mask, cfg.loss_agg_mode, loss_scale_factor=_scale(cfg))
+    loss_mat = -log_prob * advantages
+    loss = agg_loss(loss_mat, response_mask, config.loss_agg_mode, loss_scale_factor=_scale(config))
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": 0.0,
             "pg_clipfrac_lower": 0.0,
-            "ppo_kl": masked_mean(old_logprob - logprob.detach(), response_mask).item(),
+            "ppo_kl": masked_mean(old_log_prob - log_prob.detach(), response_mask).item(),
         }
     return loss, metrics

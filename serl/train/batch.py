@@ -1,7 +1,14 @@
-"""Step rows → per-row tables and padded tensors, and per-token log-probs of the sampled responses.
+"""Step rows → per-row tables, the update batch, padded tensors, and per-token log-probs.
 
 :class:`StepTable` holds the per-row scalars of one iteration (scores, penalties, GiGPO step
 returns, Dr.BoT row masks) and follows the rows through the std filter (:meth:`StepTable.select`).
+
+:class:`UpdateBatch` carries the rows that train (ids, masks, token advantages and old / teacher /
+reference log-probs) through the update, as verl's ``DataProto`` or the ``inputs`` dict of TRL's
+GRPO trainer do; mini- and micro-batches are :meth:`UpdateBatch.split` / :meth:`UpdateBatch.select`
+of it, and a SPEAR replay batch is the same object built from stored rows
+(:meth:`UpdateBatch.from_replay_rows`). :func:`score_logprobs` is the one scoring loop for a
+frozen model (teacher, reference, old log-probs).
 
 A batch row is ``[left-padded prompt | right-padded response]``; positions come from the
 cumulative attention mask (verl ``compute_position_id_with_mask``). Rows are padded per
@@ -10,18 +17,23 @@ micro-batch, not to a global length, so short steps cost little.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence
 
 import torch
 
 from serl.algos.advantages import AdvantageInput
 from serl.trajectory import Step
 
+if TYPE_CHECKING:
+    from serl.algos.spear import ReplayRow
+
 
 @dataclass
 class StepTable:
-    """The step rows of one iteration with their per-row scalars (spear.md §0, gigpo_grpo.md §1).
+    """The step rows of one iteration with their per-row scalars (verl-agent's step rows:
+    ``langfengQ/verl-agent@d0b9724:agent_system/multi_turn_rollout/rollout_loop.py``).
 
     Every tensor has shape ``[n]`` (``n`` = ``len(rows)``), aligned with ``rows``.
 
@@ -30,17 +42,17 @@ class StepTable:
         index: position of each row in ``iter_steps(groups)`` order (identity before any filter).
         uids: group id of each row (``Group.uid``); traj_uids: trajectory id (``Trajectory.traj_uid``).
         group_index: long, integer group id; traj_index: long, integer trajectory id.
-        score_raw: float32, episode reward + SPEAR tool-call bonus (spear.md §5), reward units;
-            what the std filter ranks (spear.md §6.4).
-        penalty: float32 >= 0, invalid-action penalty of the row (gigpo_grpo.md §4).
+        score_raw: float32, episode reward + SPEAR tool-call bonus (SPEAR, arXiv 2509.22601),
+            reward units; what the std filter ranks.
+        penalty: float32 >= 0, invalid-action penalty of the row (as verl-agent).
         invalid: bool, the row's action failed the format check.
         bonus: float32, the tool-call bonus included in ``score_raw`` (0 when off).
         step_rewards: float32, env reward of the row's own step.
         step_index: long, 0-based step id inside the trajectory.
-        step_returns: float32, GiGPO's discounted return ``R_t`` (gigpo_grpo.md §3.1), computed on
+        step_returns: float32, GiGPO's discounted return ``R_t`` (arXiv 2505.10978), computed on
             *all* rows before any filter; raw env rewards only (no bonus, no penalty).
         row_mask: float32 0/1; 0 = the whole response is masked by a Dr.BoT response filter
-            (spear.md §6.3): the row stays in the advantage statistics but trains nothing.
+            (as SPEAR): the row stays in the advantage statistics but trains nothing.
     """
 
     rows: list[Step]
@@ -81,7 +93,7 @@ class StepTable:
         )
 
     def advantage_input(self) -> AdvantageInput:
-        """The estimator input of these rows (gigpo_grpo.md §2–§4): scores with the penalty
+        """The estimator input of these rows (GRPO / GiGPO): scores with the penalty
         subtracted, the penalty again for GiGPO's ``R_t``, the precomputed step returns, the raw
         observations as GiGPO anchors, and the unmasked response length of each row."""
         return AdvantageInput(
@@ -108,7 +120,7 @@ class RowBatch:
         position_ids: ``[b, P+R]`` long.
         responses: ``[b, R]`` long, the sampled ids (padding = pad id).
         response_mask: ``[b, R]`` float, 1 on sampled tokens.
-        action_mask: ``[b, R]`` float, 1 on action tokens (serl.md §2.3).
+        action_mask: ``[b, R]`` float, 1 on action tokens (SERL's action mask, arXiv 2605.19447).
     """
 
     input_ids: torch.Tensor
@@ -189,3 +201,168 @@ def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_ent
     if with_entropy:
         entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logprob, entropy
+
+
+def pad_rows(values: Sequence[Optional[torch.Tensor]], width: int) -> torch.Tensor:
+    """Right-pad 1-D per-row tensors with zeros into a ``[len(values), width]`` float32 tensor;
+    a None row is all zeros.
+
+    Raises:
+        ValueError: a row longer than ``width``.
+    """
+    out = torch.zeros(len(values), width)
+    for j, v in enumerate(values):
+        if v is not None:
+            if v.numel() > width:
+                raise ValueError(f"row {j} has {v.numel()} values but the batch is {width} wide")
+            out[j, : v.numel()] = v
+    return out
+
+
+#: the per-row fields of :class:`UpdateBatch` (lists aligned with the rows, or None)
+ROW_FIELDS = ("prompt_ids", "response_ids", "response_masks", "advantages", "old_log_probs", "action_masks",
+              "teacher_log_probs", "has_context", "ref_log_probs", "index")
+
+
+@dataclass
+class UpdateBatch:
+    """The rows of one policy update and everything its loss reads, row by row, unpadded.
+
+    Per-row fields are lists aligned with the rows; ``L_i`` = the response length of row ``i``.
+
+    Attributes:
+        prompt_ids, response_ids: token ids of each row (the policy's prompt; the sampled response).
+        response_masks: ``[L_i]`` float 0/1 per row: 0 = trains nothing (a Dr.BoT-filtered row, or
+            the stored mask of a replay row).
+        advantages: ``[L_i]`` float per row, token advantages before SERL's weights.
+        old_log_probs: ``[L_i]`` float per row, behaviour log-probs (nats) of the ratio's
+            denominator; None = not yet known (the first mini-batch: the micro-step takes the
+            detached current log-probs, exact since no parameter has changed yet, and the update
+            records them with :meth:`fill_old_log_probs`).
+        action_masks: 0/1 per response token, 1 on action tokens (SERL); None = all zeros.
+        teacher_log_probs: SERL's teacher log-probs per row (``[L_i]`` or None), has_context: the
+            row has a privileged context; both None when the update applies no SERL weights
+            (SERL off, or a replay batch).
+        ref_log_probs: ``[L_i]`` reference log-probs per row (``actor.use_kl_loss``); None = no KL.
+        serl_lambda: λ_eff of SERL's weights.
+        prefix: the metric prefix (``actor`` on-policy, ``replay`` for SPEAR's replay rows).
+        loss_coef: the factor on the whole loss (1 on-policy, SPEAR's γ_t for replay).
+        index: the position of each row in the batch it was first built as.
+    """
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    response_masks: list[torch.Tensor]
+    advantages: list[torch.Tensor]
+    old_log_probs: list[Optional[torch.Tensor]]
+    action_masks: Optional[list[list[int]]] = None
+    teacher_log_probs: Optional[list[Optional[torch.Tensor]]] = None
+    has_context: Optional[list[bool]] = None
+    ref_log_probs: Optional[list[torch.Tensor]] = None
+    serl_lambda: float = 0.0
+    prefix: str = "actor"
+    loss_coef: float = 1.0
+    index: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.index:
+            self.index = list(range(len(self.prompt_ids)))
+        for name in ROW_FIELDS:
+            v = getattr(self, name)
+            if v is not None and len(v) != len(self.prompt_ids):
+                raise ValueError(f"UpdateBatch.{name} has {len(v)} rows, expected {len(self.prompt_ids)}")
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    @classmethod
+    def from_steps(cls, rows: Sequence[Step], advantages: torch.Tensor, row_mask: torch.Tensor) -> "UpdateBatch":
+        """On-policy rows: ``advantages`` ``[n]`` and ``row_mask`` ``[n]`` (0/1) broadcast over
+        each row's response tokens; old log-probs not yet known."""
+        lens = [len(s.response_ids) for s in rows]
+        return cls(prompt_ids=[s.prompt_ids for s in rows], response_ids=[s.response_ids for s in rows],
+                   response_masks=[row_mask[i].expand(n) for i, n in enumerate(lens)],
+                   advantages=[advantages[i].expand(n) for i, n in enumerate(lens)],
+                   old_log_probs=[None] * len(rows), action_masks=[s.action_mask for s in rows])
+
+    @classmethod
+    def from_replay_rows(cls, rows: Sequence["ReplayRow"], loss_coef: float) -> "UpdateBatch":
+        """A SPEAR replay batch: stored ids, masks, token advantages and behaviour log-probs;
+        no SERL weights and no reference KL; the loss is scaled by ``loss_coef`` (γ_t)."""
+        return cls(prompt_ids=[r.prompt_ids.tolist() for r in rows], response_ids=[r.response_ids.tolist() for r in rows],
+                   response_masks=[r.response_mask for r in rows], advantages=[r.advantages for r in rows],
+                   old_log_probs=[r.old_log_probs for r in rows], prefix="replay", loss_coef=loss_coef)
+
+    def select(self, idx: Sequence[int]) -> "UpdateBatch":
+        """The batch restricted to rows ``idx`` (positions in this batch), in that order."""
+        idx = [int(i) for i in idx]
+        rows = {name: None if getattr(self, name) is None else [getattr(self, name)[i] for i in idx]
+                for name in ROW_FIELDS}
+        return replace(self, **rows)
+
+    def split(self, size: int) -> list["UpdateBatch"]:
+        """Consecutive batches of ``size`` rows (the last may be shorter); ``[]`` when empty."""
+        if size < 1:
+            raise ValueError(f"split size must be >= 1, got {size}")
+        return [self.select(range(s, min(s + size, len(self)))) for s in range(0, len(self), size)]
+
+    def fill_old_log_probs(self, index: Sequence[int], values: Sequence[torch.Tensor]) -> None:
+        """Record behaviour log-probs of the rows at ``index`` (this batch's :attr:`index`
+        values) that have none yet; rows that have them keep theirs."""
+        pos = {i: p for p, i in enumerate(self.index)}
+        for i, v in zip(index, values):
+            if self.old_log_probs[pos[i]] is None:
+                self.old_log_probs[pos[i]] = v
+
+    def collate(self, pad_id: int) -> RowBatch:
+        """The padded :class:`RowBatch` of these rows (see :func:`collate`)."""
+        return collate(self.prompt_ids, self.response_ids, pad_id, self.action_masks)
+
+    def padded(self, name: str, width: int) -> torch.Tensor:
+        """The per-row field ``name`` as a zero-padded ``[b, width]`` float32 tensor."""
+        return pad_rows(getattr(self, name), width)
+
+
+def score_logprobs(
+    model,
+    batch: UpdateBatch,
+    micro_batch_size: int,
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    device: Any = "cpu",
+    prompt_ids: Optional[list[list[int]]] = None,
+    autocast: Callable[[], ContextManager] = nullcontext,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> list[torch.Tensor]:
+    """Log-probs of each row's response tokens under a frozen ``model``, in inference mode, in
+    consecutive micro-batches of ``micro_batch_size`` rows (teacher, reference, old log-probs).
+
+    Args:
+        model: a causal LM (its train/eval mode is the caller's).
+        batch: the rows; their ``response_ids`` are scored.
+        prompt_ids: the prompts to score under, one per row (SERL's teacher prompts); None =
+            ``batch.prompt_ids``.
+        autocast: a context-manager factory wrapped around each forward pass.
+        progress: called as ``progress(rows_done, rows_total)`` before each micro-batch.
+
+    Returns:
+        Per row a ``[L_i]`` float32 CPU tensor (nats).
+
+    Raises:
+        ValueError: ``prompt_ids`` of another length than the batch.
+    """
+    prompts = batch.prompt_ids if prompt_ids is None else prompt_ids
+    if len(prompts) != len(batch):
+        raise ValueError(f"{len(prompts)} prompts for {len(batch)} rows")
+    mb, out = max(1, micro_batch_size), []
+    with torch.inference_mode():
+        for k in range(0, len(batch), mb):
+            if progress is not None:
+                progress(k, len(batch))
+            responses = batch.response_ids[k : k + mb]
+            b = collate(prompts[k : k + mb], responses, pad_id).to(device)
+            with autocast():
+                lp, _ = response_logprobs(model, b, temperature)
+            out.extend(lp[j, : len(r)].float().cpu() for j, r in enumerate(responses))
+    return out

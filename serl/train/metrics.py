@@ -1,4 +1,5 @@
-"""Metric sinks (JSONL + TensorBoard) and the rollout metrics of serl.md §8."""
+"""Metric sinks (JSONL + TensorBoard), the running means of the update's metrics, and the
+rollout metrics (episode success, length and reward statistics of an iteration)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,25 @@ from pathlib import Path
 from typing import Iterable
 
 from serl.trajectory import Group
+
+
+class MetricMeans:
+    """The mean of each metric over the dicts added (micro-batches, optimizer steps); a key
+    missing from some dicts is averaged over those that have it. Keys keep first-seen order."""
+
+    def __init__(self):
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, metrics: dict[str, float]) -> None:
+        """Add one dict of scalars."""
+        for k, v in metrics.items():
+            self._sums[k] = self._sums.get(k, 0.0) + float(v)
+            self._counts[k] = self._counts.get(k, 0) + 1
+
+    def result(self) -> dict[str, float]:
+        """``{key: mean}``."""
+        return {k: self._sums[k] / self._counts[k] for k in self._sums}
 
 
 class MetricsLogger:
@@ -68,7 +88,7 @@ class MetricsLogger:
 
 def rollout_metrics(groups: list[Group], prefix: str = "episode") -> dict[str, float]:
     """Success, reward, length, valid-action ratio and per-task-type success of a set of groups
-    (verl-agent's ``episode/*`` metrics, serl.md §8)."""
+    (verl-agent's ``episode/*`` metrics)."""
     trajs = [t for g in groups for t in g.trajectories]
     if not trajs:
         return {}

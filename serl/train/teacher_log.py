@@ -1,7 +1,8 @@
-"""The SERL teacher log: sampled per-row JSONL of student and teacher texts (serl.md §7.1, §10.14).
+"""The SERL teacher log: sampled per-row JSONL of student and teacher texts (SERL, arXiv 2605.19447;
+the original writes them in ``fit`` of ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/ray_trainer.py``).
 
-Opt-in (``algorithm.serl.dump_teacher_log``, default off: the original wrote every row of every
-step, which is large). Every ``teacher_log_every_n_steps`` iterations, up to
+Opt-in (``algorithm.serl.dump_teacher_log``, default off: a departure, the original wrote every row
+of every step, which is large). Every ``teacher_log_every_n_steps`` iterations, up to
 ``teacher_log_sample_rows`` rows (a uniform sample seeded by the iteration; 0 = all rows) are
 written, in batch order, to ``<run_dir>/teacher/<iteration>.jsonl``, atomically. Text fields are
 cut to ``teacher_log_max_text_chars`` characters (0 = no cap) with a note of what was cut.
@@ -16,11 +17,14 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from serl.hindsight.rendering import PrivilegedContext, teacher_user_message
 from serl.trajectory import Group, Step, Trajectory
 from serl.utils import atomic_write_text
+
+if TYPE_CHECKING:
+    from serl.config import SerlConfig
 
 LOG_DIR = "teacher"
 
@@ -82,12 +86,12 @@ class TeacherLogWriter:
             ``teacher_log_sample_rows``, ``teacher_log_max_text_chars``).
     """
 
-    def __init__(self, run_dir: str | Path, cfg):
+    def __init__(self, run_dir: str | Path, cfg: "SerlConfig"):
         self.dir = Path(run_dir) / LOG_DIR
-        self.enabled = bool(getattr(cfg, "dump_teacher_log", False))
-        self.every = max(1, int(getattr(cfg, "teacher_log_every_n_steps", 1)))
-        self.sample_rows = max(0, int(getattr(cfg, "teacher_log_sample_rows", 0)))
-        self.max_chars = max(0, int(getattr(cfg, "teacher_log_max_text_chars", 0)))
+        self.enabled = bool(cfg.dump_teacher_log)
+        self.every = max(1, int(cfg.teacher_log_every_n_steps))
+        self.sample_rows = max(0, int(cfg.teacher_log_sample_rows))
+        self.max_chars = max(0, int(cfg.teacher_log_max_text_chars))
 
     def should_write(self, iteration: int) -> bool:
         """True when the log is on and ``iteration % teacher_log_every_n_steps == 0``."""

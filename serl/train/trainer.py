@@ -1,32 +1,34 @@
 """The training loop: rollout → rewards → filters → advantages → SERL weights → PPO update
 (+ SPEAR replay) → sync → save.
 
-One iteration, readable top to bottom in :meth:`Trainer.train_iteration`, in the order of
-spear.md §0 (``step`` = the 1-based global step, verl's ``global_steps``):
+One iteration, readable top to bottom in :meth:`Trainer.train_iteration`, in the order of SPEAR's
+hybrid trainer (arXiv 2509.22601; ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/ray_trainer_hybrid.py``
+``fit``; ``step`` = the 1-based global step, verl's ``global_steps``):
 
 1. draw ``train_batch_size`` tasks; play ``env.rollout.n`` episodes of each (step rows);
 2. per row: GiGPO's discounted step return from the raw env rewards, on all rows before any
-   filter (gigpo_grpo.md §3.1); the score = episode reward + SPEAR's tool-call bonus (spear.md §5);
-   the Dr.BoT response filters mask flagged rows (spear.md §6.3) and the group std filter drops
-   whole groups (spear.md §6.4);
-3. score − ``invalid_action_penalty_coef`` per malformed action (gigpo_grpo.md §4), advantages
-   from the registry (``algorithm.adv_estimator``), one per row;
-4. SPEAR: a full replay buffer becomes this step's replay batch, with recalibrated advantages
-   (spear.md §1, §2);
-5. SERL, while λ_eff(u) > 0: privileged contexts per row, teacher log-probs of the student's
-   own response tokens (one no-grad pass per iteration: the teacher is frozen during the update,
-   serl.md §6); with ``actor.use_kl_loss`` the frozen reference model's log-probs (gigpo_grpo.md §5);
+   filter (arXiv 2505.10978; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``); the score =
+   episode reward + SPEAR's tool-call bonus; the Dr.BoT response filters mask flagged rows and
+   the group std filter drops whole groups (both as SPEAR's ``ray_trainer_hybrid.py``);
+3. score − ``invalid_action_penalty_coef`` per malformed action (as verl-agent), advantages
+   from the registry (``algorithm.adv_estimator``: GRPO arXiv 2402.03300, GiGPO), one per row;
+4. SPEAR: a full replay buffer becomes this step's replay batch, with recalibrated advantages;
+5. the :class:`~serl.train.batch.UpdateBatch` of the rows; SERL (arXiv 2605.19447), while
+   λ_eff(u) > 0: privileged contexts per row, teacher log-probs of the student's own response
+   tokens (one inference pass per iteration: the teacher is frozen during the update, as
+   ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/ray_trainer.py``); with ``actor.use_kl_loss``
+   the frozen reference model's log-probs (verl's ``use_kl_loss``);
 6. update: PPO mini-batches of rows (one optimizer step each; gradient accumulation over
    micro-batches; SERL's weights on action tokens; entropy bonus; reference KL), then the replay
-   mini-batches with their own optimizer steps (spear.md §3);
-7. SPEAR: drop stale buffer entries, admit this step's positive-advantage rows (spear.md §1);
+   mini-batches with their own optimizer steps (as SPEAR's ``update_actor``);
+7. SPEAR: drop stale buffer entries, admit this step's positive-advantage rows;
 8. u += 1; hard-sync the teacher every ``teacher_sync_interval`` updates; metrics; checkpoint.
 
 Departures from the original, all documented in README "Deviations": no duplicated padding
-rows (§10.7), action masks on sampled ids (§10.5), teacher-prompt truncation keeps the chat
-template's end (§10.4), the teacher and λ schedule are checkpointed (§10.13), and the old
-log-probs of the first mini-batch are the detached current log-probs (exact: no parameter has
-changed yet), which saves one forward pass over those rows.
+rows, action masks on sampled ids, teacher-prompt truncation keeps the chat template's end,
+the teacher and λ schedule are checkpointed, and the old log-probs of the first mini-batch
+are the detached current log-probs (exact: no parameter has changed yet), which saves one
+forward pass over those rows.
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ import time
 from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
-from serl.algos.advantages import (AdvantageInput, anchor_group_sizes, discounted_step_returns,
-                                   get_advantage_fn, gigpo_anchor_index, invalid_action_penalty)
+from serl.algos.advantages import (anchor_group_sizes, discounted_step_returns, get_advantage_fn,
+                                   gigpo_anchor_index, invalid_action_penalty)
 from serl.algos.filters import apply_response_filters, enabled_filters, group_std_filter, response_flags
 from serl.algos.losses import agg_loss, get_policy_loss_fn, kl_loss, replay_loss_config
 from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync
@@ -57,9 +59,9 @@ from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pi
 from serl.models.teacher import Teacher, teacher_prompt_ids
 from serl.rollout.collector import Collector
 from serl.rollout.engine import HFEngine, SamplingParams
-from serl.train.batch import StepTable, collate, response_logprobs
+from serl.train.batch import RowBatch, StepTable, UpdateBatch, pad_rows, response_logprobs, score_logprobs
 from serl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from serl.train.metrics import MetricsLogger, rollout_metrics, success_by_type
+from serl.train.metrics import MetricMeans, MetricsLogger, rollout_metrics, success_by_type
 from serl.train.teacher_log import TeacherLogWriter, teacher_log_row
 from serl.trajectory import Group, Step, Trajectory, iter_steps, write_jsonl
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
@@ -157,42 +159,14 @@ class Trainer:
         if not resume:
             atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
 
-        # ---- models
-        path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
-        self.tokenizer = load_tokenizer(path)
-        self.infer_dtype = pick_dtype(cfg.model.dtype, self.device)
-        train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
-        # fp32 master weights; bf16 training = autocast (model.md §2b)
-        self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
-        self.policy = load_causal_lm(path, torch.float32, self.device, cfg.model.trust_remote_code)
-        if cfg.model.gradient_checkpointing:  # halves peak memory at little cost (model.md §2b)
-            enable = getattr(self.policy, "activation_checkpointing_enable", None) or \
-                self.policy.gradient_checkpointing_enable
-            enable()
-        self.policy.config.use_cache = False
-        if self.infer_dtype != torch.float32:
-            # a bf16 copy for sampling, re-synced after every update (fast batched bf16 generate)
-            self.rollout_model = Teacher(self.policy, self.infer_dtype).model
-        else:
-            self.rollout_model = self.policy
-        self.teacher = Teacher(self.policy, self.infer_dtype) if cfg.algorithm.serl.enable else None
-        # the KL reference: a frozen copy of the initial policy θ0 (gigpo_grpo.md §5). Built
-        # before a resume loads the checkpoint, so it is θ0 on resume too; never saved.
-        self.ref = Teacher(self.policy, self.infer_dtype) if cfg.actor.use_kl_loss else None
+        self._load_models()
         self.context_builder = SerlContextBuilder(cfg.algorithm.serl) if self.teacher else None
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.actor.lr,
                                            weight_decay=cfg.actor.weight_decay)
         self.engine = HFEngine(self.rollout_model, self.tokenizer, cfg.rollout.micro_batch_size)
 
-        # ---- algorithms
-        self.adv_fn = get_advantage_fn(cfg.algorithm.adv_estimator)
-        self.loss_fn = get_policy_loss_fn(cfg.actor.policy_loss)
-        self.replay_loss_cfg = replay_loss_config(cfg.actor)  # the *_replay loss parameters (spear.md §4)
-        spear = cfg.algorithm.spear
-        self.replay_buffer = ReplayBuffer.from_config(cfg) if spear.enable_trajectory_replay else None
-        # draws of the std filter's power-of-two trim and of the replay batch; checkpointed
-        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self._build_algorithms()
 
         # ---- data and envs
         self.sampler = TaskSampler(list_tasks(cfg, cfg.env.train_split), cfg.seed)
@@ -208,6 +182,46 @@ class Trainer:
         self.logger = MetricsLogger(self.run_dir, cfg.trainer.logger)
         if resume:
             self._resume()
+
+    def _build_algorithms(self) -> None:
+        """The advantage estimator, the policy loss and its per-batch-kind parameters, SPEAR's
+        replay buffer and the generator of the std filter's and the replay batch's draws."""
+        cfg = self.cfg
+        self.adv_fn = get_advantage_fn(cfg.algorithm.adv_estimator)
+        self.loss_fn = get_policy_loss_fn(cfg.actor.policy_loss)
+        # the loss parameters of each batch kind (UpdateBatch.prefix): SPEAR's replay rows take
+        # the *_replay ones (TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/core_algos.py)
+        self.loss_cfgs = {"actor": cfg.actor, "replay": replay_loss_config(cfg.actor)}
+        spear = cfg.algorithm.spear
+        self.replay_buffer = ReplayBuffer.from_config(cfg) if spear.enable_trajectory_replay else None
+        # draws of the std filter's power-of-two trim and of the replay batch; checkpointed
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+
+    def _load_models(self) -> None:
+        """The tokenizer, the fp32 policy (master weights), its rollout copy, SERL's teacher and
+        the KL reference."""
+        cfg = self.cfg
+        path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
+        self.tokenizer = load_tokenizer(path)
+        self.infer_dtype = pick_dtype(cfg.model.dtype, self.device)
+        train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
+        # fp32 master weights; bf16 training = autocast
+        self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
+        self.policy = load_causal_lm(path, torch.float32, self.device, cfg.model.trust_remote_code)
+        if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
+            enable = getattr(self.policy, "activation_checkpointing_enable", None) or \
+                self.policy.gradient_checkpointing_enable
+            enable()
+        self.policy.config.use_cache = False
+        if self.infer_dtype != torch.float32:
+            # a bf16 copy for sampling, re-synced after every update (fast batched bf16 generate)
+            self.rollout_model = Teacher(self.policy, self.infer_dtype).model
+        else:
+            self.rollout_model = self.policy
+        self.teacher = Teacher(self.policy, self.infer_dtype) if cfg.algorithm.serl.enable else None
+        # the KL reference: a frozen copy of the initial policy θ0 (verl's ``ref``). Built
+        # before a resume loads the checkpoint, so it is θ0 on resume too; never saved.
+        self.ref = Teacher(self.policy, self.infer_dtype) if cfg.actor.use_kl_loss else None
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -270,19 +284,17 @@ class Trainer:
 
     # ------------------------------------------------------------------ one iteration
     def train_iteration(self, pbar=None) -> dict[str, float]:
-        """Run one rollout + update (spear.md §0 order); returns the iteration's metrics."""
-        c = self.cfg
-        step = self.iteration + 1  # the 1-based global step of the schedules (spear.md §3, §5)
+        """Run one rollout + update (the order of the module docstring); returns the iteration's metrics."""
+        step = self.iteration + 1  # the 1-based global step of the schedules (verl's global_steps)
         t0 = time.time()
 
         # ---- 1. rollout (the next iteration's env resets start in the background)
         groups = self._rollout(pbar)
-        t_rollout = time.time() - t0
+        timing = {"timing/rollout_s": time.time() - t0}
         metrics: dict[str, float] = rollout_metrics(groups)
 
         # ---- 2. scores, step returns, Dr.BoT response filters, group std filter
         table = self._filtered_rows(groups, step, metrics)
-        rows = table.rows
 
         # ---- 3. invalid-action penalty and advantages
         adv = self._advantages(table, metrics)  # [rows]
@@ -290,43 +302,39 @@ class Trainer:
         # ---- 4. SPEAR: a full buffer becomes this step's replay batch (and is emptied)
         replay = self._take_replay_batch(metrics)
 
-        # ---- 5. frozen-model log-probs: SERL teacher, KL reference (one pass per iteration)
-        t1 = time.time()
-        lam = effective_lambda(self.update_step, c.algorithm.serl.mixing_lambda,
-                               c.algorithm.serl.lambda_decay_steps) if self.teacher else 0.0
-        teacher_lp, has_ctx = self._teacher_logprobs(groups, rows, lam, metrics, pbar, keep=table.index.tolist())
-        t_teacher = time.time() - t1
-        ref_lp = self._reference_logprobs(rows, pbar)
-        t_reference = time.time() - t1 - t_teacher
+        # ---- 5. the update batch and its frozen-model log-probs: SERL teacher, KL reference
+        batch = self._update_batch(groups, table, adv, metrics, timing, pbar)
 
         # ---- 6. update: on-policy mini-batches, then replay mini-batches
         t2 = time.time()
         if pbar is not None:
-            pbar.set_postfix_str(f"update on {len(rows)} step rows" + (f" + {len(replay)} replay rows" if replay else ""))
-        update_metrics, old_lp = self._update(rows, adv, teacher_lp, has_ctx, lam, row_mask=table.row_mask,
-                                              ref_lp=ref_lp, replay=replay, step=step)
-        metrics.update(update_metrics)
-        t_update = time.time() - t2
+            pbar.set_postfix_str(f"update on {len(batch)} step rows" + (f" + {len(replay)} replay rows" if replay else ""))
+        metrics.update(self._update(batch, replay, step))
+        timing["timing/update_s"] = time.time() - t2
 
         # ---- 7. SPEAR: drop stale entries, admit this step's positive-advantage rows
-        self._store_replay_rows(table, adv, old_lp, step, metrics)
+        self._store_replay_rows(table, adv, batch.old_log_probs, step, metrics)
 
         # ---- 8. counters, rollout-copy and teacher sync
         self._after_update(metrics)
-        n_tokens = sum(len(s.response_ids) for s in rows)
-        metrics.update({
-            "timing/rollout_s": t_rollout, "timing/teacher_s": t_teacher, "timing/update_s": t_update,
-            "timing/reference_s": t_reference,
-            "timing/iteration_s": time.time() - t0, "training/update_step": self.update_step,
-            "throughput/update_tokens_per_s": sum(len(s.prompt_ids) + len(s.response_ids) for s in rows) / max(t_update, 1e-9),
-            "throughput/response_tokens": n_tokens,
-        })
+        metrics.update(self._timing_metrics(table.rows, timing, t0))
         self._last_groups = groups
         return metrics
 
+    def _timing_metrics(self, rows: list[Step], timing: dict[str, float], t0: float) -> dict[str, float]:
+        """Wall-clock seconds of the iteration's phases, update counter and token throughput."""
+        t_update = timing["timing/update_s"]
+        return {
+            "timing/rollout_s": timing["timing/rollout_s"], "timing/teacher_s": timing["timing/teacher_s"],
+            "timing/update_s": t_update, "timing/reference_s": timing["timing/reference_s"],
+            "timing/iteration_s": time.time() - t0, "training/update_step": self.update_step,
+            "throughput/update_tokens_per_s": sum(len(s.prompt_ids) + len(s.response_ids) for s in rows) / max(t_update, 1e-9),
+            "throughput/response_tokens": sum(len(s.response_ids) for s in rows),
+        }
+
     def _after_update(self, metrics: dict[str, float]) -> None:
         """u += 1; copy the policy into the rollout model; hard-sync SERL's teacher every
-        ``teacher_sync_interval`` updates (serl.md §6); iteration += 1."""
+        ``teacher_sync_interval`` updates (as SERL's trainer); iteration += 1."""
         self.update_step += 1
         self._sync_rollout_model()
         if self.teacher is not None and teacher_needs_sync(self.update_step, self.cfg.algorithm.serl.teacher_sync_interval):
@@ -339,7 +347,7 @@ class Trainer:
 
         Then, unless this is the last iteration, draws the next iteration's tasks and starts their
         env resets in the workers, to run while this update trains (ALFWorld's reset re-translates
-        the PDDL: ~0.85 s of CPU per env, alfworld.md §4).
+        the PDDL: ~0.85 s of CPU per env).
         """
         c = self.cfg
         if self.pool is None:
@@ -366,11 +374,11 @@ class Trainer:
         """Every step row of ``groups`` (``iter_steps`` order) with its scalars, before any filter.
 
         * ``score_raw`` = episode reward + ``toolcall_bonus(L, step)`` of the row's trajectory
-          (spear.md §5; 0 with ``algorithm.use_toolcall_reward=none``);
-        * ``penalty`` = ``actor.invalid_action_penalty_coef`` on a malformed action (gigpo_grpo.md §4);
+          (SPEAR, arXiv 2509.22601; 0 with ``algorithm.use_toolcall_reward=none``);
+        * ``penalty`` = ``actor.invalid_action_penalty_coef`` on a malformed action (as verl-agent);
         * ``step_returns`` = GiGPO's discounted ``R_t`` with ``algorithm.gamma`` from the raw env
           rewards — here, before the std filter can drop a trajectory's rewarded last step
-          (gigpo_grpo.md §3.1);
+          (``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``);
         * ``row_mask`` all ones (the response filters come next).
         """
         a, alg = self.cfg.actor, self.cfg.algorithm
@@ -406,21 +414,13 @@ class Trainer:
             row_mask=torch.ones(n, dtype=torch.float32),
         )
 
-    def _advantage_input(self, groups: list[Group], rows: list[Step]) -> AdvantageInput:
-        """The estimator input of every row of ``groups``, unfiltered (``rows`` must be
-        ``iter_steps(groups)``'s rows; kept for callers such as benchmarks/bench_train.py)."""
-        table = self._step_table(groups, self.iteration + 1)
-        if len(table) != len(rows):
-            raise ValueError(f"{len(rows)} rows given but the groups hold {len(table)}")
-        return table.advantage_input()
-
     def _filtered_rows(self, groups: list[Group], step: int, metrics: dict[str, float]) -> StepTable:
-        """The rows that train this iteration (spear.md §0 steps 4–6).
+        """The rows that train this iteration (SPEAR's ``fit`` order: filters before advantages).
 
         1. :meth:`_step_table` (scores with the tool-call bonus, GiGPO step returns on all rows);
-        2. Dr.BoT response filters (``algorithm.filter_*_responses``, spear.md §6.3): a flagged
+        2. Dr.BoT response filters (``algorithm.filter_*_responses``, as SPEAR): a flagged
            row's ``row_mask`` becomes 0 — it stays in the batch and in the group statistics;
-        3. group std filter (``rollout.rollout_filter_ratio`` / ``_type``, spear.md §6.4) on the
+        3. group std filter (``rollout.rollout_filter_ratio`` / ``_type``, as SPEAR) on the
            score before the invalid-action penalty; 1.0 keeps every row. Its power-of-two trim
            draws from ``self.generator``.
         """
@@ -442,11 +442,11 @@ class Trainer:
         return table.select(keep.tolist())
 
     def _advantages(self, table: StepTable, metrics: dict[str, float]) -> torch.Tensor:
-        """One advantage per row from ``algorithm.adv_estimator`` (gigpo_grpo.md §2, §3); ``[rows]``.
+        """One advantage per row from ``algorithm.adv_estimator`` (GRPO arXiv 2402.03300, GiGPO arXiv 2505.10978); ``[rows]``.
 
         GiGPO's anchor groups (exact ``Step.observation`` match inside a task group, or similarity
         with ``algorithm.gigpo.enable_similarity``) are computed here once, for the estimator and
-        for the step-group metrics of gigpo_grpo.md §3.7.
+        for the step-group metrics (``gigpo/*``).
         """
         alg = self.cfg.algorithm
         data = table.advantage_input()
@@ -465,7 +465,7 @@ class Trainer:
         return adv
 
     def _take_replay_batch(self, metrics: dict[str, float]) -> list[ReplayRow]:
-        """SPEAR (spear.md §0 step 9, §1 "Consumption"): if the buffer is full, all of it becomes
+        """SPEAR (``TrajectoryBufferBatch`` of ``ray_trainer_hybrid.py``): if the buffer is full, all of it becomes
         this step's replay batch with recalibrated advantages, and the buffer is emptied;
         otherwise no replay rows. The sample draws from ``self.generator``."""
         buf = self.replay_buffer
@@ -480,7 +480,7 @@ class Trainer:
 
     def _store_replay_rows(self, table: StepTable, adv: torch.Tensor, old_lp: list[torch.Tensor], step: int,
                            metrics: dict[str, float]) -> None:
-        """SPEAR (spear.md §0 step 11): ``remove_old`` then admit this step's rows with a positive
+        """SPEAR (``TrajectoryBufferBatch`` of ``ray_trainer_hybrid.py``): ``remove_old`` then admit this step's rows with a positive
         advantage. Each kept row is offered with its behaviour log-probs, its token advantages
         (estimator output × response mask after the filters, before SERL's weights) and its score."""
         if self.replay_buffer is None:
@@ -497,176 +497,157 @@ class Trainer:
                 extra={"action_mask": torch.tensor(s.action_mask, dtype=torch.float32)}))
         metrics.update(self.replay_buffer.update(offered, step))
 
-    @torch.no_grad()
-    def _teacher_logprobs(self, groups, rows, lam, metrics, pbar, keep: Optional[list[int]] = None
-                          ) -> tuple[list[Optional[torch.Tensor]], list[bool]]:
-        """Teacher log-probs of each row's sampled tokens under its privileged prompt.
+    def _update_batch(self, groups: list[Group], table: StepTable, adv: torch.Tensor, metrics: dict[str, float],
+                      timing: dict[str, float], pbar=None) -> UpdateBatch:
+        """The on-policy :class:`UpdateBatch` of ``table``'s rows (advantages ``adv`` ``[rows]``)
+        with SERL's teacher log-probs (one inference pass per iteration while λ_eff(u) > 0; the
+        teacher is frozen during the update) and, with ``actor.use_kl_loss``, the frozen
+        reference's. Records ``timing/teacher_s`` and ``timing/reference_s`` in ``timing``."""
+        batch = UpdateBatch.from_steps(table.rows, adv, table.row_mask)
+        t1 = time.time()
+        if self.teacher is not None:
+            sc = self.cfg.algorithm.serl
+            batch.serl_lambda = effective_lambda(self.update_step, sc.mixing_lambda, sc.lambda_decay_steps)
+            batch.teacher_log_probs, batch.has_context = self._teacher_logprobs(groups, table, batch, metrics, pbar)
+        timing["timing/teacher_s"] = time.time() - t1
+        if self.ref is not None:
+            batch.ref_log_probs = self._score(self.ref.model, batch, "reference", pbar)
+        timing["timing/reference_s"] = time.time() - t1 - timing["timing/teacher_s"]
+        return batch
 
-        Contexts are built from all of ``groups`` (so the std filter does not change what a
-        kept row's hindsight shows); ``keep`` = the positions of ``rows`` in
-        ``iter_steps(groups)`` order (None = every row, unfiltered).
+    def _score(self, model, batch: UpdateBatch, label: Optional[str] = None, pbar=None,
+               prompt_ids: Optional[list[list[int]]] = None, autocast: bool = False) -> list[torch.Tensor]:
+        """:func:`score_logprobs` of ``batch`` under ``model`` at the rollout temperature, in
+        micro-batches of ``actor.ppo_micro_batch_size``; ``[resp_len]`` float32 per row."""
+        progress = None
+        if pbar is not None and label:
+            def progress(k: int, n: int) -> None:
+                pbar.set_postfix_str(f"{label} scoring {k}/{n} rows")
+        return score_logprobs(model, batch, self.cfg.actor.ppo_micro_batch_size, pad_id=self.tokenizer.pad_token_id,
+                              temperature=self.cfg.rollout.temperature, device=self.device, prompt_ids=prompt_ids,
+                              autocast=self._autocast if autocast else nullcontext, progress=progress)
 
-        Returns ``(teacher_lp, has_ctx)``: per row a ``[resp_len]`` tensor or None.
+    def _teacher_logprobs(self, groups: list[Group], table: StepTable, batch: UpdateBatch, metrics: dict[str, float],
+                          pbar=None) -> tuple[list[Optional[torch.Tensor]], list[bool]]:
+        """SERL teacher log-probs of each row's sampled tokens under its privileged prompt.
+
+        Returns ``(teacher_lp, has_ctx)``: per row a ``[resp_len]`` tensor, or None for a row with
+        no context (or none that fits ``max_reprompt_len``) and for every row once λ_eff = 0.
+        """
+        n = len(batch)
+        if batch.serl_lambda <= 0.0:
+            metrics.update({"serl/teacher_inactive_after_decay": 1.0, "serl/reprompt_sample_fraction": 0.0})
+            return [None] * n, [False] * n
+        contexts, t_prompts = self._teacher_prompts(groups, table)
+        has_ctx = [p is not None for p in t_prompts]
+        todo = [i for i in range(n) if has_ctx[i]]
+        scored = self._score(self.teacher.model, batch.select(todo), "teacher", pbar,
+                             prompt_ids=[t_prompts[i] for i in todo])
+        out: list[Optional[torch.Tensor]] = [None] * n
+        for i, lp in zip(todo, scored):
+            out[i] = lp
+        metrics.update(self._serl_metrics(table.rows, contexts, has_ctx))
+        return out, has_ctx
+
+    def _teacher_prompts(self, groups: list[Group], table: StepTable) -> tuple[list, list[Optional[list[int]]]]:
+        """The privileged context and teacher prompt ids of each row of ``table`` (None: no
+        context, or it does not fit); writes the teacher log when due.
+
+        Contexts are built from all of ``groups`` (so the std filter does not change what a kept
+        row's hindsight shows), then restricted to the kept rows ``table.index``.
+
+        Raises:
+            ValueError: ``table`` does not come from ``groups``.
         """
         sc = self.cfg.algorithm.serl
-        n = len(rows)
-        if self.teacher is None or lam <= 0.0:
-            if self.teacher is not None:
-                metrics.update({"serl/teacher_inactive_after_decay": 1.0, "serl/reprompt_sample_fraction": 0.0})
-            return [None] * n, [False] * n
-        contexts = self.context_builder.build(groups)
-        triples = list(iter_steps(groups))
-        if keep is not None:
-            contexts = [contexts[i] for i in keep]
-            triples = [triples[i] for i in keep]
-        if len(triples) != n:
-            raise ValueError(f"{n} rows but {len(triples)} selected rows of the groups")
+        keep = table.index.tolist()
+        contexts, triples = self.context_builder.build(groups), list(iter_steps(groups))
+        contexts, triples = [contexts[i] for i in keep], [triples[i] for i in keep]
+        if len(triples) != len(table):
+            raise ValueError(f"{len(table)} rows but {len(triples)} selected rows of the groups")
         cap = sc.max_reprompt_len or self.cfg.data.max_prompt_length
         t_prompts: list[Optional[list[int]]] = []
-        for s, ctx in zip(rows, contexts):
-            if ctx is None:
-                t_prompts.append(None)
-                continue
-            ids, ok = teacher_prompt_ids(self.tokenizer, s.prompt, ctx.block(), cap, sc.reprompt_truncation)
+        for s, ctx in zip(table.rows, contexts):
+            ids, ok = (None, False) if ctx is None else teacher_prompt_ids(
+                self.tokenizer, s.prompt, ctx.block(), cap, sc.reprompt_truncation)
             t_prompts.append(ids if ok else None)
         if self.teacher_log.should_write(self.iteration + 1):
             self.teacher_log.write(self.iteration + 1, [
                 teacher_log_row(g, t, s, ctx if tp is not None else None, mode=sc.sampling_mode,
                                 teacher_prompt=self.tokenizer.decode(tp) if tp is not None else None)
                 for (g, t, s), ctx, tp in zip(triples, contexts, t_prompts)])
-        has_ctx = [p is not None for p in t_prompts]
-        out: list[Optional[torch.Tensor]] = [None] * n
-        todo = [i for i in range(n) if has_ctx[i]]
-        mb = max(1, self.cfg.actor.ppo_micro_batch_size)
-        for k in range(0, len(todo), mb):
-            if pbar is not None:
-                pbar.set_postfix_str(f"teacher scoring {k}/{len(todo)} rows")
-            idx = todo[k : k + mb]
-            b = collate([t_prompts[i] for i in idx], [rows[i].response_ids for i in idx],
-                        self.tokenizer.pad_token_id).to(self.device)
-            lp, _ = response_logprobs(self.teacher.model, b, self.cfg.rollout.temperature)
-            for j, i in enumerate(idx):
-                out[i] = lp[j, : len(rows[i].response_ids)].float().cpu()
-        # driver-side SERL metrics (serl.md §8)
-        n_ctx = sum(has_ctx)
-        resp_tokens = sum(len(s.response_ids) for s in rows)
-        act_tokens = sum(sum(s.action_mask) for s in rows)
-        metrics.update(self.context_builder.metrics())
+        return contexts, t_prompts
+
+    def _serl_metrics(self, rows: list[Step], contexts: list, has_ctx: list[bool]) -> dict[str, float]:
+        """Driver-side SERL metrics of the iteration (the context builder's, plus context and
+        action-token fractions)."""
+        n, n_ctx = len(rows), sum(has_ctx)
+        metrics = dict(self.context_builder.metrics())
         metrics.update({
             "serl/teacher_inactive_after_decay": 0.0,
             # after length capping: rows whose context did not fit at all train as plain GRPO
             "serl/reprompt_sample_fraction": n_ctx / max(1, n),
-            "serl/action_token_fraction": act_tokens / max(1, resp_tokens),
+            "serl/action_token_fraction": sum(sum(s.action_mask) for s in rows) / max(1, sum(len(s.response_ids) for s in rows)),
         })
         if n_ctx:
             metrics["serl/action_parse_failure_fraction"] = sum(
                 1 for s, h in zip(rows, has_ctx) if h and not any(s.action_mask)) / n_ctx
         metrics["serl/context_dropped_by_length_fraction"] = sum(
             1 for c, h in zip(contexts, has_ctx) if c is not None and not h) / max(1, n)
-        return out, has_ctx
-
-    @torch.no_grad()
-    def _reference_logprobs(self, rows: list[Step], pbar=None) -> Optional[list[torch.Tensor]]:
-        """Log-probs of each row's sampled tokens under the frozen reference model (θ0), one no-grad
-        pass per iteration at the rollout temperature; per row a ``[resp_len]`` float32 tensor.
-        None unless ``actor.use_kl_loss`` (gigpo_grpo.md §5)."""
-        if self.ref is None:
-            return None
-        out: list[torch.Tensor] = []
-        mb = max(1, self.cfg.actor.ppo_micro_batch_size)
-        for k in range(0, len(rows), mb):
-            if pbar is not None:
-                pbar.set_postfix_str(f"reference scoring {k}/{len(rows)} rows")
-            part = rows[k : k + mb]
-            b = collate([s.prompt_ids for s in part], [s.response_ids for s in part],
-                        self.tokenizer.pad_token_id).to(self.device)
-            lp, _ = response_logprobs(self.ref.model, b, self.cfg.rollout.temperature)
-            out.extend(lp[j, : len(s.response_ids)].float().cpu() for j, s in enumerate(part))
-        return out
+        return metrics
 
     def _autocast(self):
         if self.autocast_dtype is None:
             return nullcontext()
         return torch.autocast(device_type=self.device, dtype=self.autocast_dtype)
 
-    def _minibatches(self, n: int) -> list[list[int]]:
-        """Row indices ``0..n-1`` in consecutive mini-batches of ``actor.ppo_mini_batch_size``."""
-        mini = min(self.cfg.actor.ppo_mini_batch_size, n)
-        return [list(range(s, min(s + mini, n))) for s in range(0, n, mini)] if n else []
-
-    def _update(self, rows: list[Step], adv: torch.Tensor, teacher_lp, has_ctx, lam, *,
-                row_mask: Optional[torch.Tensor] = None, ref_lp: Optional[list[torch.Tensor]] = None,
-                replay: Optional[list[ReplayRow]] = None, step: Optional[int] = None
-                ) -> tuple[dict[str, float], list[torch.Tensor]]:
-        """PPO update (serl.md §1.4), then SPEAR's replay mini-batches (spear.md §3), per epoch.
+    def _update(self, batch: UpdateBatch, replay: Sequence[ReplayRow] = (), step: Optional[int] = None
+                ) -> dict[str, float]:
+        """PPO update: per epoch the on-policy mini-batches of ``batch``, then SPEAR's replay
+        mini-batches of ``replay`` (never mixed with them); one optimizer step per mini-batch,
+        gradient accumulation over micro-batches.
 
         Args:
-            rows: the ``n`` step rows that train; adv: ``[n]`` advantages.
-            teacher_lp, has_ctx: SERL teacher log-probs per row (or None) and context flags.
-            lam: λ_eff of SERL's weights (0 = plain advantages).
-            row_mask: ``[n]`` 0/1, 0 = masked by a Dr.BoT filter (None = all ones).
-            ref_lp: per row the reference log-probs (``actor.use_kl_loss``), or None.
-            replay: the replay batch of this step (may be empty).
+            batch: the on-policy rows; on return every row's ``old_log_probs`` is set (the
+                behaviour log-probs, which SPEAR stores for the replay ratio).
+            replay: the replay rows of this step (may be empty).
             step: the global step of the replay coefficient γ_t (default: the next iteration).
 
         Returns:
-            ``(metrics, old_lp)``: averaged ``actor/*``, ``serl_action_mask/*`` and ``replay/*``
-            metrics, and the behaviour log-probs of every row (``[resp_len]`` each), which SPEAR
-            stores for the replay ratio.
+            The ``actor/*``, ``serl_action_mask/*`` and ``replay/*`` metrics, averaged.
         """
         a = self.cfg.actor
-        sc = self.cfg.algorithm.serl
-        n = len(rows)
-        row_mask = torch.ones(n) if row_mask is None else row_mask
-        replay = replay or []
-        minibatches = self._minibatches(n)
-        pad = self.tokenizer.pad_token_id
-        # behaviour log-probs: rows outside the first mini-batch are computed before any step
-        old_lp: list[Optional[torch.Tensor]] = [None] * n
-        need_old = [i for mb in minibatches[1:] for i in mb]
-        if need_old or sc.student_logprob == "old":
-            targets = need_old if sc.student_logprob != "old" else list(range(n))
-            self.policy.eval()
-            with torch.no_grad():
-                for k in range(0, len(targets), a.ppo_micro_batch_size):
-                    idx = targets[k : k + a.ppo_micro_batch_size]
-                    b = collate([rows[i].prompt_ids for i in idx], [rows[i].response_ids for i in idx], pad).to(self.device)
-                    with self._autocast():
-                        lp, _ = response_logprobs(self.policy, b, self.cfg.rollout.temperature)
-                    for j, i in enumerate(idx):
-                        old_lp[i] = lp[j, : len(rows[i].response_ids)].float().cpu()
-        gamma_t = 0.0
-        if replay:
-            s = self.cfg.algorithm.spear
-            gamma_t = replay_coef(self.iteration + 1 if step is None else step, s.replay_loss_coef, s.max_replay_loss_steps)
+        self._precompute_old_logprobs(batch)
+        s = self.cfg.algorithm.spear
+        gamma_t = replay_coef(self.iteration + 1 if step is None else step, s.replay_loss_coef,
+                              s.max_replay_loss_steps) if replay else 0.0
+        replay_batch = UpdateBatch.from_replay_rows(list(replay), gamma_t)
         self.policy.train()
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-
-        def acc(d: dict[str, float]):
-            for k, v in d.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-                counts[k] = counts.get(k, 0) + 1
-
-        for epoch in range(a.ppo_epochs):
-            for mb in minibatches:
-                self.optimizer.zero_grad(set_to_none=True)
-                for k in range(0, len(mb), a.ppo_micro_batch_size):
-                    idx = mb[k : k + a.ppo_micro_batch_size]
-                    acc(self._micro_step(rows, idx, adv, teacher_lp, has_ctx, old_lp, lam, len(mb),
-                                         row_mask=row_mask, ref_lp=ref_lp))
-                acc(self._optimizer_step("actor"))
-            # SPEAR: replay mini-batches after the on-policy ones, never mixed with them
-            for mb in self._minibatches(len(replay)):
-                self.optimizer.zero_grad(set_to_none=True)
-                for k in range(0, len(mb), a.ppo_micro_batch_size):
-                    acc(self._replay_micro_step(replay, mb[k : k + a.ppo_micro_batch_size], gamma_t, len(mb)))
-                acc(self._optimizer_step("replay"))
+        means = MetricMeans()
+        for _ in range(a.ppo_epochs):
+            for part in (batch, replay_batch):
+                for mini in part.split(a.ppo_mini_batch_size):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    for micro in mini.split(a.ppo_micro_batch_size):
+                        m, old = self._micro_step(micro, len(mini))
+                        part.fill_old_log_probs(micro.index, old)
+                        means.add(m)
+                    means.add(self._optimizer_step(part.prefix))
         self.policy.eval()
-        metrics = {k: sums[k] / counts[k] for k in sums}
+        metrics = means.result()
         if replay:
             metrics.update({"replay/coef": gamma_t, "replay/rows": float(len(replay))})
-        return metrics, old_lp  # type: ignore[return-value]
+        return metrics
+
+    def _precompute_old_logprobs(self, batch: UpdateBatch) -> None:
+        """Behaviour log-probs, before any optimizer step, of the rows outside the first
+        mini-batch (of every row with ``algorithm.serl.student_logprob=old``); the first
+        mini-batch's are its detached current log-probs, taken in the micro-step."""
+        first = 0 if self.cfg.algorithm.serl.student_logprob == "old" else self.cfg.actor.ppo_mini_batch_size
+        targets = list(range(first, len(batch)))
+        if targets:
+            self.policy.eval()
+            batch.fill_old_log_probs(targets, self._score(self.policy, batch.select(targets), autocast=True))
 
     def _optimizer_step(self, prefix: str) -> dict[str, float]:
         """Clip the gradient norm to ``actor.grad_clip`` and step; a non-finite norm skips the step."""
@@ -678,107 +659,75 @@ class Trainer:
             self.optimizer.step()
         return {f"{prefix}/grad_norm": grad_norm.item(), f"{prefix}/lr": self.optimizer.param_groups[0]["lr"]}
 
-    def _micro_step(self, rows, idx, adv, teacher_lp, has_ctx, old_lp, lam, mini_rows, *,
-                    row_mask: Optional[torch.Tensor] = None, ref_lp: Optional[list[torch.Tensor]] = None
-                    ) -> dict[str, float]:
-        """Forward/backward of one on-policy micro-batch; fills ``old_lp`` of rows seen for the
-        first time.
+    def _micro_step(self, micro: UpdateBatch, mini_rows: int) -> tuple[dict[str, float], list[torch.Tensor]]:
+        """Forward/backward of one micro-batch, on-policy or SPEAR replay (the batch says which).
 
-        loss = policy_loss(logπ, logπ_old, A·W, m) − entropy_coeff·agg(H, m)
-        [+ kl_loss_coef·agg(KL(π‖π_ref), m)], times ``len(idx)/mini_rows`` (gradient accumulation);
-        ``m`` = response mask × the row's Dr.BoT mask, all tensors ``[b, R]``.
+        loss = loss_coef · len(micro)/mini_rows · [policy_loss(logπ_old, logπ, A·W, m)
+        − entropy_coeff·agg(H, m) + kl_loss_coef·agg(KL(π‖π_ref), m)]: ``m`` = response mask ×
+        the row's mask (Dr.BoT / stored), ``A`` the token advantages, ``W`` SERL's weights (rows
+        with teacher log-probs), the KL term only for rows with reference log-probs; a replay
+        batch uses the ``*_replay`` loss parameters and γ_t as ``loss_coef``. Tensors ``[b, R]``.
+
+        Returns:
+            ``(metrics, old)``: the metrics under ``micro.prefix``, and per row the old log-probs
+            used (the detached current ones where the batch had none).
         """
         a = self.cfg.actor
-        sc = self.cfg.algorithm.serl
-        b = collate([rows[i].prompt_ids for i in idx], [rows[i].response_ids for i in idx],
-                    self.tokenizer.pad_token_id, [rows[i].action_mask for i in idx]).to(self.device)
+        b = micro.collate(self.tokenizer.pad_token_id).to(self.device)
         R = b.responses.shape[1]
-
-        def padded(vals: list[Optional[torch.Tensor]]) -> torch.Tensor:
-            t = torch.zeros(len(idx), R)
-            for j, i in enumerate(idx):
-                if vals[i] is not None:
-                    t[j, : vals[i].numel()] = vals[i]
-            return t.to(self.device)
-
         with self._autocast():
             lp, ent = response_logprobs(self.policy, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0)
         lp = lp.float()
-        for j, i in enumerate(idx):
-            if old_lp[i] is None:  # first pass over this row, parameters untouched since rollout
-                old_lp[i] = lp[j, : len(rows[i].response_ids)].detach().cpu()
-        old = padded(old_lp)
-        mask = b.response_mask
-        if row_mask is not None:
-            mask = mask * row_mask[idx].to(self.device).unsqueeze(-1)
-        adv_tok = adv[idx].to(self.device).unsqueeze(-1) * mask  # [b, R]
+        old_rows = [o if o is not None else lp[j, : len(r)].detach()
+                    for j, (o, r) in enumerate(zip(micro.old_log_probs, micro.response_ids))]
+        old = pad_rows(old_rows, R).to(self.device)
+        mask = b.response_mask * micro.padded("response_masks", R).to(self.device)
+        adv_tok = micro.padded("advantages", R).to(self.device) * mask
         metrics: dict[str, float] = {}
-        if self.teacher is not None:
-            metrics["serl_action_mask/effective_lambda"] = lam
-            ctx_rows = torch.tensor([has_ctx[i] for i in idx], device=self.device)
-            if lam > 0 and bool(ctx_rows.any()):
-                student = old if sc.student_logprob == "old" else lp.detach()
-                selected = mask.bool() & ctx_rows.unsqueeze(-1) & b.action_mask.bool()
-                W, wm = serl_token_weights(adv_tok, student, padded(teacher_lp), selected, lam, sc.weight_clip)
-                adv_tok = adv_tok * W
-                ctx_tokens = (mask * ctx_rows.unsqueeze(-1)).sum().clamp_min(1)
-                wm["selected_fraction"] = (selected.sum() / ctx_tokens).item()
-                metrics.update({f"serl_action_mask/{k}": v for k, v in wm.items()})
-            else:
-                metrics.update({"serl_action_mask/weight_mean": 1.0, "serl_action_mask/empty_target_batch": 1.0})
-        pg_loss, pg_m = self.loss_fn(lp, old, adv_tok, mask, a)
+        if micro.teacher_log_probs is not None:
+            adv_tok = self._serl_weighted(micro, b, adv_tok, mask, lp, old, metrics)
+        loss = self._loss(micro, lp, ent, old, adv_tok, mask, metrics)
+        (loss * (len(micro) / mini_rows) * micro.loss_coef).backward()
+        return metrics, old_rows
+
+    def _loss(self, micro: UpdateBatch, lp: torch.Tensor, ent: Optional[torch.Tensor], old: torch.Tensor,
+              adv_tok: torch.Tensor, mask: torch.Tensor, metrics: dict[str, float]) -> torch.Tensor:
+        """The micro-batch loss before scaling (see :meth:`_micro_step`); adds its metrics."""
+        a, p = self.cfg.actor, micro.prefix
+        pg_loss, pg_m = self.loss_fn(old, lp, adv_tok, mask, self.loss_cfgs[p])
         loss = pg_loss
         if ent is not None:
             ent_loss = agg_loss(ent.float(), mask, a.loss_agg_mode, loss_scale_factor=a.loss_scale_factor)
             loss = loss - a.entropy_coeff * ent_loss
-            metrics["actor/entropy"] = ent_loss.item()
-        if ref_lp is not None:
-            kl = kl_loss(lp, padded(ref_lp), mask, a.kl_loss_type, a.loss_agg_mode, loss_scale_factor=a.loss_scale_factor)
+            metrics[f"{p}/entropy"] = ent_loss.item()
+        if micro.ref_log_probs is not None:
+            ref = micro.padded("ref_log_probs", lp.shape[1]).to(self.device)
+            kl = kl_loss(lp, ref, mask, a.kl_loss_type, a.loss_agg_mode, loss_scale_factor=a.loss_scale_factor)
             loss = loss + a.kl_loss_coef * kl
-            metrics.update({"actor/kl_loss": kl.item(), "actor/kl_coef": a.kl_loss_coef})
-        (loss * (len(idx) / mini_rows)).backward()
-        metrics["actor/pg_loss"] = pg_loss.item()
-        metrics.update({f"actor/{k}": v for k, v in pg_m.items()})
-        return metrics
+            metrics.update({f"{p}/kl_loss": kl.item(), f"{p}/kl_coef": a.kl_loss_coef})
+        metrics[f"{p}/pg_loss"] = pg_loss.item()
+        metrics.update({f"{p}/{k}": v for k, v in pg_m.items()})
+        return loss
 
-    def _replay_micro_step(self, replay: list[ReplayRow], idx: list[int], gamma_t: float, mini_rows: int
-                           ) -> dict[str, float]:
-        """Forward/backward of one SPEAR replay micro-batch (spear.md §3).
-
-        loss = γ_t · (policy_loss(logπ, logπ_stored, Ã, m; ``*_replay`` parameters) − entropy_coeff·agg(H, m))
-        times ``len(idx)/mini_rows``: the ratio's denominator is the stored behaviour log-probs,
-        Ã the recalibrated token advantages, ``m`` the stored (filtered) response mask. No
-        reference KL and no SERL weights on replay rows. Tensors ``[b, R]``.
-        """
-        a = self.cfg.actor
-        part = [replay[i] for i in idx]
-        b = collate([r.prompt_ids.tolist() for r in part], [r.response_ids.tolist() for r in part],
-                    self.tokenizer.pad_token_id).to(self.device)
-        R = b.responses.shape[1]
-
-        def padded(name: str) -> torch.Tensor:
-            t = torch.zeros(len(part), R)
-            for j, r in enumerate(part):
-                v = getattr(r, name)
-                t[j, : v.numel()] = v.float()
-            return t.to(self.device)
-
-        with self._autocast():
-            lp, ent = response_logprobs(self.policy, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0)
-        lp = lp.float()
-        mask = b.response_mask * padded("response_mask")
-        pg_loss, pg_m = self.loss_fn(lp, padded("old_log_probs"), padded("advantages") * mask, mask,
-                                     self.replay_loss_cfg)
-        loss = pg_loss
-        metrics: dict[str, float] = {}
-        if ent is not None:
-            ent_loss = agg_loss(ent.float(), mask, a.loss_agg_mode, loss_scale_factor=a.loss_scale_factor)
-            loss = loss - a.entropy_coeff * ent_loss
-            metrics["replay/entropy"] = ent_loss.item()
-        (loss * (len(idx) / mini_rows) * gamma_t).backward()
-        metrics["replay/pg_loss"] = pg_loss.item()
-        metrics.update({f"replay/{k}": v for k, v in pg_m.items()})
-        return metrics
+    def _serl_weighted(self, micro: UpdateBatch, b: RowBatch, adv_tok: torch.Tensor, mask: torch.Tensor,
+                       lp: torch.Tensor, old: torch.Tensor, metrics: dict[str, float]) -> torch.Tensor:
+        """``adv_tok`` ``[b, R]`` times SERL's selective token weights W on the action tokens of
+        rows with a context (arXiv 2605.19447; ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/core_algos.py``);
+        unchanged when λ_eff = 0 or no row has a context. Adds the ``serl_action_mask/*`` metrics."""
+        sc, lam = self.cfg.algorithm.serl, micro.serl_lambda
+        metrics["serl_action_mask/effective_lambda"] = lam
+        ctx_rows = torch.tensor(micro.has_context, device=self.device)
+        if not (lam > 0 and bool(ctx_rows.any())):
+            metrics.update({"serl_action_mask/weight_mean": 1.0, "serl_action_mask/empty_target_batch": 1.0})
+            return adv_tok
+        student = old if sc.student_logprob == "old" else lp.detach()
+        selected = mask.bool() & ctx_rows.unsqueeze(-1) & b.action_mask.bool()
+        teacher = micro.padded("teacher_log_probs", lp.shape[1]).to(self.device)
+        W, wm = serl_token_weights(adv_tok, student, teacher, selected, lam, sc.weight_clip)
+        ctx_tokens = (mask * ctx_rows.unsqueeze(-1)).sum().clamp_min(1)
+        wm["selected_fraction"] = (selected.sum() / ctx_tokens).item()
+        metrics.update({f"serl_action_mask/{k}": v for k, v in wm.items()})
+        return adv_tok * W
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, float]:

@@ -1,0 +1,76 @@
+"""The update batch (select / split / replay rows / old log-probs) and the one scoring loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from serl.algos.spear import ReplayRow
+from serl.models.loading import load_causal_lm
+from serl.train.batch import UpdateBatch, collate, pad_rows, response_logprobs, score_logprobs
+from serl.trajectory import Step
+
+
+def _step(prompt, response, action_mask):
+    return Step(step_id=0, observation="o", prompt="p", prompt_ids=prompt, response_text="r",
+                response_ids=response, action="a", action_valid=True, reward=0.0, done=False, won=False,
+                action_mask=action_mask)
+
+
+def _batch():
+    steps = [_step([1, 2, 3], [4, 5], [0, 1]), _step([6], [7, 8, 9], [1, 1, 0]), _step([2, 2], [3], [1])]
+    return UpdateBatch.from_steps(steps, torch.tensor([0.5, -1.0, 2.0]), torch.tensor([1.0, 0.0, 1.0]))
+
+
+def test_on_policy_rows_broadcast_advantage_and_row_mask():
+    b = _batch()
+    assert len(b) == 3 and b.index == [0, 1, 2] and b.old_log_probs == [None] * 3
+    assert torch.equal(b.padded("advantages", 3), torch.tensor([[0.5, 0.5, 0], [-1, -1, -1], [2, 0, 0]]))
+    assert torch.equal(b.padded("response_masks", 3), torch.tensor([[1.0, 1, 0], [0, 0, 0], [1, 0, 0]]))
+    rb = b.collate(pad_id=0)
+    assert torch.equal(rb.action_mask, torch.tensor([[0.0, 1, 0], [1, 1, 0], [1, 0, 0]]))
+
+
+def test_select_split_and_fill_old_log_probs_follow_the_root_index():
+    b = _batch()
+    parts = b.split(2)
+    assert [p.index for p in parts] == [[0, 1], [2]] and parts[1].response_ids == [[3]]
+    sub = b.select([2, 0])
+    assert sub.index == [2, 0] and sub.prompt_ids == [[2, 2], [1, 2, 3]] and sub.teacher_log_probs is None
+    b.fill_old_log_probs(sub.index, [torch.tensor([-1.0]), torch.tensor([-2.0, -3.0])])
+    b.fill_old_log_probs([0], [torch.tensor([9.0, 9.0])])  # a row that has them keeps them
+    assert b.old_log_probs[1] is None
+    assert torch.equal(b.padded("old_log_probs", 2), torch.tensor([[-2.0, -3.0], [0, 0], [-1, 0]]))
+    with pytest.raises(ValueError):
+        b.split(0)
+    with pytest.raises(ValueError, match="old_log_probs has 2 rows, expected 3"):
+        UpdateBatch([[1]] * 3, [[2]] * 3, [torch.ones(1)] * 3, [torch.ones(1)] * 3, [None] * 2)
+    with pytest.raises(ValueError, match="wide"):
+        pad_rows([torch.ones(3)], 2)
+
+
+def test_replay_batch_carries_stored_rows_and_its_coefficient():
+    row = ReplayRow(prompt_ids=torch.tensor([1, 2]), response_ids=torch.tensor([3, 4]),
+                    response_mask=torch.tensor([1.0, 1.0]), old_log_probs=torch.tensor([-0.5, -0.7]),
+                    advantages=torch.tensor([0.3, 0.3]), reward=1.0, uid="u", traj_uid="t")
+    r = UpdateBatch.from_replay_rows([row], loss_coef=0.25)
+    assert r.prefix == "replay" and r.loss_coef == 0.25 and r.prompt_ids == [[1, 2]] and r.response_ids == [[3, 4]]
+    assert r.teacher_log_probs is None and r.ref_log_probs is None and r.has_context is None
+    assert torch.equal(r.old_log_probs[0], row.old_log_probs)
+    assert len(UpdateBatch.from_replay_rows([], 0.0).split(4)) == 0
+
+
+def test_score_logprobs_matches_one_forward_and_takes_given_prompts(tiny_model_dir):
+    model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu", False)
+    b = _batch()
+    seen = []
+    out = score_logprobs(model, b, 2, pad_id=0, temperature=0.7, progress=lambda k, n: seen.append((k, n)))
+    assert seen == [(0, 3), (2, 3)] and [o.shape[0] for o in out] == [2, 3, 1]
+    with torch.no_grad():
+        ref, _ = response_logprobs(model, collate(b.prompt_ids[:2], b.response_ids[:2], 0), 0.7)
+    assert torch.equal(out[1], ref[1, :3])
+    # another prompt (SERL's teacher prompt) for the same response changes the scores
+    other = score_logprobs(model, b.select([1]), 1, pad_id=0, temperature=0.7, prompt_ids=[[5, 5, 5, 5]])
+    assert other[0].shape == out[1].shape and not torch.equal(other[0], out[1])
+    with pytest.raises(ValueError, match="prompts"):
+        score_logprobs(model, b, 2, pad_id=0, prompt_ids=[[1]])
