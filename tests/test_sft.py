@@ -209,3 +209,8 @@ def test_row_order_and_lr_schedule():
     assert [lr_at(s, 1.0, 2, 6, "constant") for s in range(3)] == [0.5, 1.0, 1.0]
     assert lr_at(2, 1.0, 2, 6, "cosine") == pytest.approx(1.0)
     assert lr_at(4, 1.0, 2, 6, "cosine") == pytest.approx(0.5)
+
+
+def test_lora_target_modules_that_match_nothing(tiny_model_dir, tmp_path, rows_file):
+    with pytest.raises(ConfigError, match="model.lora.target_modules"):
+        SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, "model.lora.r=2", "model.lora.target_modules=[nope]"))

@@ -26,7 +26,8 @@ Full fine-tuning, or LoRA (Hu et al., arXiv 2106.09685) through PEFT with ``mode
 Model loading, dtypes (fp32 master weights, bf16 autocast where the CPU has AVX512-BF16/AMX, else
 float32), CPU threads and the run folder (``<trainer.output_dir>/<trainer.run_name or
 sft-<timestamp>>``) follow ``serl train``. Metrics (loss, lr, grad norm, tokens/s, rows/min) go to
-``metrics.jsonl`` and TensorBoard, keyed by optimizer step.
+``metrics.jsonl`` and TensorBoard, one line per optimizer step (its ``iteration`` field is the
+1-based optimizer step).
 
 Checkpoints ``<run>/checkpoints/step_<N>/`` (trainable weights, optimizer, step, data checksum,
 RNG states) are written atomically every ``sft.save_freq`` steps and at the end; ``--resume RUN``
@@ -63,7 +64,7 @@ import torch.nn.functional as F
 
 from serl.agent.chat import chat_prompt_ids
 from serl.config import Config, to_yaml
-from serl.errors import CheckpointError, SerlError
+from serl.errors import CheckpointError, ConfigError, SerlError
 from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
 from serl.train.metrics import MetricsLogger
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
@@ -264,8 +265,6 @@ def build_policy(cfg: Config, path: str, device: str):
         ModelLoadError: the model cannot be loaded. ConfigError: bad ``model.lora.*``, or no
             module matches ``model.lora.target_modules``.
     """
-    from serl.errors import ConfigError
-
     cfg.model.lora.validate()
     model = load_causal_lm(path, torch.float32, device, cfg.model.trust_remote_code)
     if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
@@ -404,8 +403,6 @@ class SFTTrainer:
     """
 
     def __init__(self, cfg: Config, run_dir: Optional[Path] = None, resume: bool = False):
-        from serl.errors import ConfigError
-
         cfg.sft.validate()
         cfg.model.lora.validate()
         if not cfg.sft.data:
