@@ -3,6 +3,7 @@
     serl train [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR] [--data-dir DIR]
     serl eval  [recipe=NAME|PATH] [key=value ...] [--run RUN_DIR] [--split S] [--num-tasks N]
                [--greedy] [--seed N] [--data-dir DIR]
+    serl sft   --data FILE.jsonl [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR]
     serl data download alfworld [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
                [--num-tasks N] [--seed N] [--data-dir DIR] [--min-score X] [--max-steps N]
@@ -122,7 +123,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sft(args: argparse.Namespace) -> int:
+    from serl.config import DEFAULT_RECIPE, load_config
+    from serl.train.sft import SFTTrainer
+    from serl.train.trainer import load_run_config
+
+    recipe, overrides = _split_overrides(args.overrides)
+    if args.resume:
+        run_dir = Path(args.resume)
+        if recipe:
+            print("serl sft --resume: the recipe comes from the run folder; ignoring recipe=", file=sys.stderr)
+        cfg = load_run_config(run_dir, overrides)
+        if args.data:
+            cfg.sft.data = str(Path(args.data).resolve())
+        trainer = SFTTrainer(cfg, run_dir=run_dir, resume=True)
+    else:
+        cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
+        if args.data:
+            cfg.sft.data = str(Path(args.data).resolve())
+        trainer = SFTTrainer(cfg)
+    print(f"serl: run folder {trainer.run_dir}", file=sys.stderr)
+    model_dir = trainer.run_dir / "model"
+    if trainer.step >= trainer.total_steps:
+        if not (model_dir / "config.json").exists():
+            trainer.export_model()
+        print(f"serl: {trainer.run_dir} already finished {trainer.step} optimizer steps; "
+              "raise sft.epochs or sft.max_steps to continue")
+        return 0
+    last = trainer.train()
+    print(f"\nserl sft finished {trainer.step} optimizer steps on {len(trainer.examples)} rows.")
+    print(f"  last loss:   {last.get('sft/loss', float('nan')):.4f}"
+          + (f" (held-out {last['val/loss']:.4f})" if "val/loss" in last else ""))
+    print(f"  speed:       {last.get('perf/tokens_per_s', 0):.0f} tokens/s, {last.get('perf/rows_per_min', 0):.1f} rows/min")
+    print(f"  model:       {model_dir}" + (" (LoRA merged)" if cfg.model.lora.r else ""))
+    if cfg.model.lora.r and cfg.sft.save_adapter:
+        print(f"  adapter:     {trainer.run_dir / 'adapter'}")
+    print(f"  metrics:     {trainer.run_dir / 'metrics.jsonl'}")
+    print(f"  use it with: serl train model.path={model_dir}   /   serl eval model.path={model_dir}")
+    return 0
+
+
 def cmd_data(args: argparse.Namespace) -> int:
+
     from serl.data.download import main_download
 
     return main_download(args.name, args.dest)
@@ -210,6 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data-dir", help="data folder (sets env.data_dir)")
     e.add_argument("--out", help="output folder (default <run>/eval_<split> or <output_dir>/eval_<split>)")
     e.set_defaults(fn=cmd_eval)
+
+    s = sub.add_parser("sft", help="supervised fine-tuning on expert rows (a cold start for RL)",
+                       description="Fine-tune the policy on expert step rows (JSONL from `serl data expert`): "
+                                   "loss on reply tokens only, full or LoRA (model.lora.r>0). Writes "
+                                   "RUN/model, a full Hugging Face model folder (LoRA merged) for model.path=.")
+    s.add_argument("overrides", nargs="*", help="recipe=NAME (default cpu) and dotted key=value overrides (sft.*, model.lora.*)")
+    s.add_argument("--data", metavar="FILE.jsonl", help="expert rows (sets sft.data; required unless resuming)")
+    s.add_argument("--resume", metavar="RUN_DIR", help="continue the SFT run in RUN_DIR from its latest checkpoint")
+    s.set_defaults(fn=cmd_sft)
 
     d = sub.add_parser("data", help="data sets")
     dsub = d.add_subparsers(dest="data_cmd", required=True)

@@ -51,6 +51,34 @@ def _check(cond: bool, key: str, msg: str) -> None:
 
 
 @dataclass
+class ModelLoraConfig:
+    """LoRA adapters (Hu et al., arXiv 2106.09685) via PEFT, used by ``serl sft``.
+
+    ``r = 0`` (the default) turns LoRA off: full fine-tuning. With ``r > 0`` only the adapter
+    matrices train; ``serl sft`` merges them into the base weights when it writes ``<run>/model``.
+    """
+
+    #: adapter rank; 0 = off (full fine-tuning)
+    r: int = 0
+    #: scaling numerator: the adapter output is multiplied by ``alpha / r``
+    alpha: float = 32.0
+    #: dropout on the adapter input, in [0, 1)
+    dropout: float = 0.05
+    #: module names (suffixes) that get adapters; the default = every attention and MLP
+    #: projection of Llama/Qwen2-style models (SmolLM2)
+    target_modules: list = field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming the bad ``model.lora.*`` key."""
+        _check(self.r >= 0, "model.lora.r", "must be >= 0 (0 = LoRA off)")
+        _check(self.r == 0 or self.alpha > 0, "model.lora.alpha", "must be > 0")
+        _check(0.0 <= self.dropout < 1.0, "model.lora.dropout", "must be in [0, 1)")
+        _check(self.r == 0 or (bool(self.target_modules) and all(isinstance(m, str) and m for m in self.target_modules)),
+               "model.lora.target_modules", "a non-empty list of module names, e.g. [q_proj, v_proj]")
+
+
+@dataclass
 class ModelConfig:
     """The policy model.
 
@@ -71,12 +99,15 @@ class ModelConfig:
     train_dtype: str = "auto"
     gradient_checkpointing: bool = True
     trust_remote_code: bool = False
+    #: LoRA adapters for ``serl sft`` (``model.lora.r=16``); r=0 = full fine-tuning
+    lora: ModelLoraConfig = field(default_factory=ModelLoraConfig)
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``model.<key>`` for an unknown dtype."""
         _check(self.dtype in DTYPES, "model.dtype", f"unknown dtype {self.dtype!r}; valid: {list(DTYPES)}")
         _check(self.train_dtype in DTYPES, "model.train_dtype",
                f"unknown dtype {self.train_dtype!r}; valid: {list(DTYPES)}")
+        self.lora.validate()
 
 
 @dataclass
@@ -551,6 +582,71 @@ class TrainerConfig:
 
 
 @dataclass
+class SFTConfig:
+    """Supervised fine-tuning on expert step rows (``serl sft``; see :mod:`serl.train.sft`).
+
+    The loss is the token-mean cross-entropy of the reply tokens of one optimizer batch. Prompt
+    and reply lengths come from ``data.max_prompt_length`` / ``data.max_response_length``, the
+    model and its dtype from ``model.*``, the run folder from ``trainer.output_dir`` /
+    ``trainer.run_name``, like ``serl train``.
+    """
+
+    #: JSONL of expert rows (``serl data expert``); ``serl sft --data FILE`` sets it
+    data: Optional[str] = None
+    #: optional held-out JSONL: its loss is logged as ``val/loss`` every ``eval_freq`` steps
+    val_data: Optional[str] = None
+    #: passes over the rows
+    epochs: int = 2
+    #: > 0: stop after this many optimizer steps (overrides ``epochs``); -1 = run all epochs
+    max_steps: int = -1
+    #: peak learning rate; None = 2e-5 for full fine-tuning, 2e-4 with LoRA
+    lr: Optional[float] = None
+    #: AdamW decoupled weight decay
+    weight_decay: float = 0.0
+    #: rows per optimizer step (the last step of an epoch may hold fewer)
+    batch_size: int = 8
+    #: rows per forward/backward; gradients accumulate over ``batch_size / micro_batch_size``
+    #: micro-batches (the loss is normalised by the step's reply tokens, so the result does
+    #: not depend on it, up to float rounding)
+    micro_batch_size: int = 2
+    #: linear warm-up from 0 over this many optimizer steps
+    warmup_steps: int = 2
+    #: after warm-up: constant | cosine (to 0 at the last step)
+    lr_scheduler: str = "cosine"
+    #: clip the global gradient L2 norm to this (0 = no clipping)
+    max_grad_norm: float = 1.0
+    #: seed of the row order (reshuffled each epoch with ``seed + epoch``), LoRA init and dropout
+    seed: int = 0
+    #: checkpoint every this many optimizer steps (and always at the end); 0 = only at the end
+    save_freq: int = 50
+    #: write metrics every this many optimizer steps
+    log_freq: int = 1
+    #: held-out loss every this many optimizer steps (and at the end); 0 = only at the end
+    eval_freq: int = 0
+    #: also write the LoRA adapter alone to ``<run>/adapter`` (a few MB)
+    save_adapter: bool = True
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming the bad ``sft.*`` key."""
+        checks = [
+            (self.epochs >= 1, "sft.epochs", "must be >= 1"),
+            (self.max_steps == -1 or self.max_steps >= 1, "sft.max_steps", "must be -1 (all epochs) or >= 1"),
+            (self.lr is None or self.lr > 0, "sft.lr", "must be > 0 (or null for the default)"),
+            (self.weight_decay >= 0, "sft.weight_decay", "must be >= 0"),
+            (self.batch_size >= 1, "sft.batch_size", "must be >= 1"),
+            (self.micro_batch_size >= 1, "sft.micro_batch_size", "must be >= 1"),
+            (self.warmup_steps >= 0, "sft.warmup_steps", "must be >= 0"),
+            (self.lr_scheduler in ("constant", "cosine"), "sft.lr_scheduler", "constant | cosine"),
+            (self.max_grad_norm >= 0, "sft.max_grad_norm", "must be >= 0 (0 = no clipping)"),
+            (self.save_freq >= 0, "sft.save_freq", "must be >= 0"),
+            (self.log_freq >= 1, "sft.log_freq", "must be >= 1"),
+            (self.eval_freq >= 0, "sft.eval_freq", "must be >= 0"),
+        ]
+        for ok, key, msg in checks:
+            _check(ok, key, msg)
+
+
+@dataclass
 class Config:
     """Top-level serl config; see the section classes for every key."""
 
@@ -562,6 +658,8 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    #: ``serl sft`` (supervised fine-tuning); unused by ``serl train``
+    sft: SFTConfig = field(default_factory=SFTConfig)
 
     def validate(self) -> None:
         """Validate every section (each names its keys), then the checks that span sections.
@@ -569,7 +667,8 @@ class Config:
         Raises:
             ConfigError: the first invalid value, naming its full dotted key.
         """
-        for section in (self.model, self.env, self.data, self.rollout, self.actor, self.algorithm, self.trainer):
+        for section in (self.model, self.env, self.data, self.rollout, self.actor, self.algorithm, self.trainer,
+                        self.sft):
             section.validate()
         # Checks that span sections go here, after the sections; none is needed today.
 

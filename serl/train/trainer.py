@@ -52,6 +52,7 @@ from serl.algos.selective_weights import effective_lambda, serl_token_weights, t
 from serl.hindsight.builder import SerlContextBuilder
 from serl.algos.spear import ReplayBuffer, ReplayRow, replay_coef, toolcall_bonus
 from serl.config import Config, config_from_yaml, to_yaml
+from serl.errors import ConfigError
 from serl.envs.base import Task, get_env_class
 from serl.envs.base import list_tasks as env_list_tasks
 from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pick_dtype,
@@ -149,6 +150,9 @@ class Trainer:
     """
 
     def __init__(self, cfg: Config, run_dir: Optional[Path] = None, resume: bool = False):
+        if cfg.model.lora.r:
+            raise ConfigError("model.lora.r: LoRA is used by `serl sft` only so far; `serl train` trains all "
+                              "weights (set model.lora.r=0; model.path= may point at serl sft's merged RUN/model)")
         self.cfg = cfg
         configure_cpu_threads(cfg.trainer.num_threads)
         set_seed(cfg.seed)

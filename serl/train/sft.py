@@ -1,0 +1,566 @@
+"""``serl sft``: supervised fine-tuning of the policy on expert step rows (a cold start for RL).
+
+Input: a JSONL file, one row per env step, as written by ``serl data expert``::
+
+    {"env", "task_id", "task_type", "step", "messages": [{"role": "user", "content": PROMPT}],
+     "response": "<think>...</think><action>...</action>", "action", "won", "episode_reward"}
+
+Tokenisation is the RL rollout's, so that SFT trains exactly the tokens RL later samples:
+
+- prompt ids = :func:`serl.agent.chat.chat_prompt_ids` of the user message (the tokenizer's chat
+  template with its generation prompt), cut from the left to ``data.max_prompt_length`` as the
+  rollout collector does;
+- target ids = the tokenizer's ids of ``response`` (no special tokens) followed by the tokenizer's
+  ``eos_token_id`` (for SmolLM2's ChatML template ``<|im_end|>``, the token the rollout engine
+  stops on), so the model learns to end its turn; cut to ``data.max_response_length`` (such rows
+  are counted and warned about: a cut reply loses its end-of-turn token).
+
+The loss is the token-mean cross-entropy over the reply tokens of one optimizer batch (prompt and
+padding tokens carry no loss), the standard SFT objective on completions only (as TRL's
+``SFTTrainer`` with ``completion_only_loss``). Gradients accumulate over micro-batches, each
+micro-batch's summed loss divided by the whole batch's reply-token count, so the update does not
+depend on the micro-batch size. A batch row is ``[left-padded prompt | right-padded reply]`` as in
+``serl train``, so only the reply positions go through the LM head (``logits_to_keep``).
+
+Full fine-tuning, or LoRA (Hu et al., arXiv 2106.09685) through PEFT with ``model.lora.r > 0``.
+Model loading, dtypes (fp32 master weights, bf16 autocast where the CPU has AVX512-BF16/AMX, else
+float32), CPU threads and the run folder (``<trainer.output_dir>/<trainer.run_name or
+sft-<timestamp>>``) follow ``serl train``. Metrics (loss, lr, grad norm, tokens/s, rows/min) go to
+``metrics.jsonl`` and TensorBoard, one line per optimizer step (its ``iteration`` field is the
+1-based optimizer step).
+
+Checkpoints ``<run>/checkpoints/step_<N>/`` (trainable weights, optimizer, step, data checksum,
+RNG states) are written atomically every ``sft.save_freq`` steps and at the end; ``--resume RUN``
+continues bit-identically (the row order is a pure function of ``sft.seed`` and the epoch).
+
+Output: ``<run>/model/`` is a complete Hugging Face model folder (config, safetensors in float32,
+tokenizer, chat template), with LoRA **merged into the base weights**, so ``serl train
+model.path=<run>/model`` and ``serl eval model.path=<run>/model`` load it like any model. With LoRA,
+``<run>/adapter/`` also holds the adapter alone (PEFT format, a few MB) unless
+``sft.save_adapter=false``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from serl.agent.chat import chat_prompt_ids
+from serl.config import Config, to_yaml
+from serl.errors import CheckpointError, ConfigError, SerlError
+from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
+from serl.train.metrics import MetricsLogger
+from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
+
+log = logging.getLogger(__name__)
+
+#: default peak learning rates when ``sft.lr`` is null: full fine-tuning / LoRA
+DEFAULT_LR_FULL = 2e-5
+DEFAULT_LR_LORA = 2e-4
+
+
+# ---------------------------------------------------------------------------------------- data
+@dataclass
+class SFTExample:
+    """One tokenised row.
+
+    Attributes:
+        prompt_ids: chat prompt token ids (generation prompt included), ``<= max_prompt_length``.
+        target_ids: reply token ids + end-of-turn id, ``<= max_response_length``; all carry loss.
+        prompt_truncated: the prompt was cut from the left.
+        response_truncated: the reply was cut from the right (its end-of-turn token is lost).
+    """
+
+    prompt_ids: list[int]
+    target_ids: list[int]
+    prompt_truncated: bool = False
+    response_truncated: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.target_ids)
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Read expert rows from a JSONL file (blank lines skipped).
+
+    Raises:
+        SerlError: the file is missing or empty, a line is not JSON, or a row lacks a user
+            message (``messages[0]`` with role ``user`` and a string ``content``) or a string
+            ``response``; the message names the file and line.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise SerlError(f"SFT data file {p} does not exist (write one with `serl data expert`)")
+    rows = []
+    with open(p, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SerlError(f"{p}:{n}: not a JSON line ({e})") from None
+            msgs = row.get("messages") if isinstance(row, dict) else None
+            ok_msg = (isinstance(msgs, list) and msgs and isinstance(msgs[0], dict)
+                      and msgs[0].get("role") == "user" and isinstance(msgs[0].get("content"), str))
+            if not ok_msg:
+                raise SerlError(f"{p}:{n}: a row needs messages[0] = {{'role': 'user', 'content': <prompt>}}")
+            if not isinstance(row.get("response"), str) or not row["response"]:
+                raise SerlError(f"{p}:{n}: a row needs a non-empty string 'response'")
+            rows.append(row)
+    if not rows:
+        raise SerlError(f"SFT data file {p} holds no rows")
+    return rows
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file (checked on ``--resume``: the data must not change under a run)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(1 << 20):
+            h.update(b)
+    return h.hexdigest()
+
+
+def encode_row(tokenizer, row: dict[str, Any], max_prompt_length: int, max_response_length: int) -> SFTExample:
+    """Tokenise one row as the RL rollout would see it (module docstring).
+
+    Args:
+        tokenizer: the policy's tokenizer (with a chat template and an ``eos_token_id``).
+        row: a row from :func:`read_rows`.
+        max_prompt_length: tokens; a longer prompt keeps its last ``max_prompt_length`` ids.
+        max_response_length: tokens; a longer target keeps its first ``max_response_length`` ids.
+    """
+    prompt = chat_prompt_ids(tokenizer, row["messages"][0]["content"])
+    target = tokenizer(row["response"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    ex = SFTExample(prompt[-max_prompt_length:], target[:max_response_length],
+                    len(prompt) > max_prompt_length, len(target) > max_response_length)
+    return ex
+
+
+def encode_rows(tokenizer, rows: list[dict[str, Any]], cfg: Config) -> list[SFTExample]:
+    """:func:`encode_row` on every row; warns with the number of cut prompts and replies."""
+    exs = [encode_row(tokenizer, r, cfg.data.max_prompt_length, cfg.data.max_response_length) for r in rows]
+    n_p = sum(e.prompt_truncated for e in exs)
+    n_r = sum(e.response_truncated for e in exs)
+    if n_p:
+        log.warning("%d of %d SFT prompts exceed data.max_prompt_length=%d: cut from the left",
+                    n_p, len(exs), cfg.data.max_prompt_length)
+    if n_r:
+        log.warning("%d of %d SFT replies exceed data.max_response_length=%d: cut (they lose their "
+                    "end-of-turn token); raise data.max_response_length", n_r, len(exs),
+                    cfg.data.max_response_length)
+    return exs
+
+
+@dataclass
+class SFTBatch:
+    """A padded micro-batch: row ``b`` is ``[pad.. | prompt | reply | pad..]``.
+
+    Attributes:
+        input_ids: ``[B, P + R]`` long; P = longest prompt, R = longest reply.
+        attention_mask: ``[B, P + R]`` long, 1 on real tokens.
+        position_ids: ``[B, P + R]`` long, 0 at each row's first real token.
+        response_ids: ``[B, R]`` long, the targets (pad id where ``response_mask`` is 0).
+        response_mask: ``[B, R]`` float 0/1, 1 exactly on reply tokens: the loss (label) mask.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+
+
+def collate_sft(examples: list[SFTExample], pad_id: int) -> SFTBatch:
+    """Pad ``examples`` into one :class:`SFTBatch` (prompts left-padded, replies right-padded)."""
+    P = max(len(e.prompt_ids) for e in examples)
+    R = max(len(e.target_ids) for e in examples)
+    B = len(examples)
+    ids = torch.full((B, P + R), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, P + R), dtype=torch.long)
+    for b, e in enumerate(examples):
+        p, t = e.prompt_ids, e.target_ids
+        ids[b, P - len(p): P] = torch.tensor(p, dtype=torch.long)
+        ids[b, P: P + len(t)] = torch.tensor(t, dtype=torch.long)
+        attn[b, P - len(p): P + len(t)] = 1
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return SFTBatch(ids, attn, pos, ids[:, P:].clone(), attn[:, P:].float())
+
+
+def reply_token_nll(model, batch: SFTBatch) -> torch.Tensor:
+    """Per-token negative log-likelihood of the reply tokens, ``[B, R]`` float32 (nats); 0 where
+    ``response_mask`` is 0. Only the reply positions go through the LM head."""
+    R = batch.response_ids.shape[1]
+    dev = next(model.parameters()).device
+    out = model(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev),
+                position_ids=batch.position_ids.to(dev), logits_to_keep=R + 1, use_cache=False)
+    logits = out.logits[:, :-1, :].float()  # position P-1+j predicts reply token j
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.response_ids.to(dev).reshape(-1),
+                          reduction="none").view(-1, R)
+    return nll * batch.response_mask.to(dev)
+
+
+# -------------------------------------------------------------------------------- schedule
+def steps_per_epoch(num_rows: int, batch_size: int) -> int:
+    """Optimizer steps in one pass over ``num_rows`` rows (the last batch may be smaller)."""
+    return math.ceil(num_rows / batch_size)
+
+
+def total_steps(num_rows: int, sft) -> int:
+    """Optimizer steps of the run: ``sft.max_steps`` if > 0, else ``sft.epochs`` passes."""
+    return sft.max_steps if sft.max_steps > 0 else sft.epochs * steps_per_epoch(num_rows, sft.batch_size)
+
+
+def epoch_order(num_rows: int, seed: int, epoch: int) -> list[int]:
+    """The row order of ``epoch``: a shuffle seeded with ``seed + epoch`` (deterministic)."""
+    order = list(range(num_rows))
+    random.Random(seed + epoch).shuffle(order)
+    return order
+
+
+def step_rows(num_rows: int, batch_size: int, seed: int, step: int) -> tuple[int, list[int]]:
+    """``(epoch, row indices)`` of the 0-based optimizer ``step``; epochs continue past ``sft.epochs``
+    when ``sft.max_steps`` asks for more steps."""
+    per = steps_per_epoch(num_rows, batch_size)
+    epoch, k = divmod(step, per)
+    return epoch, epoch_order(num_rows, seed, epoch)[k * batch_size: (k + 1) * batch_size]
+
+
+def lr_at(step: int, base: float, warmup: int, total: int, kind: str) -> float:
+    """Learning rate of the 0-based optimizer ``step``: linear warm-up ``base·(step+1)/warmup``
+    for ``step < warmup``, then ``constant`` or half-cosine decay towards 0 at ``total``."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    if kind == "constant":
+        return base
+    progress = (step - warmup) / max(1, total - warmup)
+    return base * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# -------------------------------------------------------------------------------- model
+def build_policy(cfg: Config, path: str, device: str):
+    """Load the policy in float32 (master weights), enable activation checkpointing if asked, and
+    wrap it with LoRA adapters when ``model.lora.r > 0`` (only the adapters then train).
+
+    Raises:
+        ModelLoadError: the model cannot be loaded. ConfigError: bad ``model.lora.*``, or no
+            module matches ``model.lora.target_modules``.
+    """
+    cfg.model.lora.validate()
+    model = load_causal_lm(path, torch.float32, device, cfg.model.trust_remote_code)
+    if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
+        model.activation_checkpointing_enable()
+    lo = cfg.model.lora
+    if lo.r == 0:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    pc = LoraConfig(r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
+                    target_modules=list(lo.target_modules), task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, pc)
+    except ValueError as e:  # peft: "Target modules ... not found in the base model"
+        raise ConfigError(f"model.lora.target_modules: {e}") from e
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """The trainable parameters by name (all of them for full fine-tuning, the adapters for LoRA),
+    as contiguous CPU tensors; tied weights appear once."""
+    return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def default_run_name() -> str:
+    return f"sft-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+# -------------------------------------------------------------------------------- checkpoints
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+
+
+def _fsync_tree(folder: Path) -> None:
+    for f in folder.iterdir():
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_folder(dest: Path, write_fn) -> Path:
+    """Write a folder via ``write_fn(tmp)`` into a hidden temp sibling, fsync it and rename it to
+    ``dest`` (replacing an old one): an interrupted write leaves the old folder intact."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".tmp_{dest.name}_"))
+    try:
+        write_fn(tmp)
+        _fsync_tree(tmp)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def save_sft_checkpoint(run_dir: Path, step: int, model, optimizer, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write ``<run_dir>/checkpoints/step_<step>/`` (``trainable.safetensors``, ``optimizer.pt``,
+    ``state.pt`` with ``state`` + RNG states) atomically and point ``checkpoints/latest`` at it;
+    keep the newest ``keep`` checkpoints (0 = all). Returns the folder."""
+    from safetensors.torch import save_file
+
+    root = Path(run_dir) / "checkpoints"
+
+    def write(tmp: Path) -> None:
+        save_file(trainable_state(model), str(tmp / "trainable.safetensors"))
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({**state, "step": step, "rng": _rng_state()}, tmp / "state.pt")
+
+    folder = _atomic_folder(root / f"step_{step:07d}", write)
+    atomic_write_text(root / "latest", folder.name + "\n")
+    if keep > 0:
+        for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+def load_sft_checkpoint(run_dir: Path, model, optimizer) -> dict[str, Any]:
+    """Restore the latest checkpoint of ``run_dir`` into ``model`` / ``optimizer`` and the RNGs;
+    returns the saved state (``step``, ``data_sha256``, ...).
+
+    Raises:
+        CheckpointError: no checkpoint, an unreadable one, or one whose weights do not match
+            the model (e.g. resumed with a different ``model.lora``).
+    """
+    from safetensors.torch import load_file
+
+    root = Path(run_dir) / "checkpoints"
+    ptr = root / "latest"
+    if not ptr.exists():
+        raise CheckpointError(f"no SFT checkpoint in {run_dir} (missing {ptr}); nothing to resume")
+    folder = root / ptr.read_text().strip()
+    try:
+        saved = load_file(str(folder / "trainable.safetensors"))
+        optim_state = torch.load(folder / "optimizer.pt", weights_only=False)
+        state = torch.load(folder / "state.pt", weights_only=False)
+    except (OSError, RuntimeError) as e:
+        raise CheckpointError(f"could not read SFT checkpoint {folder}: {e}") from e
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if set(saved) != set(params):
+        diff = sorted(set(saved) ^ set(params))[:5]
+        raise CheckpointError(f"{folder} does not match the model's trainable weights (e.g. {diff}); "
+                              "was model.lora changed?")
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(saved[n].to(p.device, p.dtype))
+    optimizer.load_state_dict(optim_state)
+    _set_rng_state(state["rng"])
+    return state
+
+
+# -------------------------------------------------------------------------------- trainer
+class SFTTrainer:
+    """Owns the model, optimizer, data and run folder of one ``serl sft`` run.
+
+    Args:
+        cfg: the resolved config (``cfg.sft.data`` must name the JSONL rows).
+        run_dir: the run folder; None = ``<trainer.output_dir>/<trainer.run_name or sft-<timestamp>>``.
+        resume: restore the latest checkpoint of ``run_dir``.
+
+    Raises:
+        ConfigError: bad ``sft.*`` / ``model.lora.*`` values or no data file given.
+        SerlError: unreadable data. ModelLoadError: the model. CheckpointError: on resume, a
+            missing checkpoint or a data file whose content changed since the run started.
+    """
+
+    def __init__(self, cfg: Config, run_dir: Optional[Path] = None, resume: bool = False):
+        cfg.sft.validate()
+        cfg.model.lora.validate()
+        if not cfg.sft.data:
+            raise ConfigError("sft.data: give the expert rows with `serl sft --data FILE.jsonl`")
+        self.cfg = cfg
+        rows = read_rows(cfg.sft.data)  # fail on bad data before loading the model
+        val_rows = read_rows(cfg.sft.val_data) if cfg.sft.val_data else []
+        configure_cpu_threads(cfg.trainer.num_threads)
+        set_seed(cfg.sft.seed)
+        self.device = pick_device(cfg.trainer.device)
+        self.run_dir = Path(run_dir) if run_dir else Path(cfg.trainer.output_dir) / (
+            cfg.trainer.run_name or default_run_name())
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
+        self.model_path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
+        self.tokenizer = load_tokenizer(self.model_path)
+        train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
+        self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
+        self.model = build_policy(cfg, self.model_path, self.device)
+        self.model.train()
+        self.data_sha256 = file_sha256(cfg.sft.data)
+        self.examples = encode_rows(self.tokenizer, rows, cfg)
+        self.val_examples = encode_rows(self.tokenizer, val_rows, cfg) if val_rows else []
+        self.lr = cfg.sft.lr or (DEFAULT_LR_LORA if cfg.model.lora.r > 0 else DEFAULT_LR_FULL)
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
+                                           lr=self.lr, weight_decay=cfg.sft.weight_decay)
+        self.step = 0
+        self.total_steps = total_steps(len(self.examples), cfg.sft)
+        self.logger = MetricsLogger(self.run_dir, cfg.trainer.logger)
+        if resume:
+            self._resume()
+
+    def _resume(self) -> None:
+        state = load_sft_checkpoint(self.run_dir, self.model, self.optimizer)
+        if state.get("data_sha256") != self.data_sha256:
+            raise CheckpointError(f"{self.cfg.sft.data} changed since {self.run_dir} started "
+                                  "(sha256 differs): resuming would train on other rows; start a new run")
+        self.step = int(state["step"])
+        self.logger.truncate_after(self.step)
+        log.info("resumed %s at optimizer step %d", self.run_dir, self.step)
+
+    def save(self) -> Path:
+        epoch, _ = step_rows(len(self.examples), self.cfg.sft.batch_size, self.cfg.sft.seed, self.step)
+        state = {"data_sha256": self.data_sha256, "epoch": epoch, "lr": self.lr,
+                 "num_rows": len(self.examples)}
+        return save_sft_checkpoint(self.run_dir, self.step, self.model, self.optimizer, state,
+                                   keep=self.cfg.trainer.max_checkpoints_to_keep)
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.device, dtype=self.autocast_dtype)
+
+    def _micro_batches(self, rows: list[int]) -> list[list[SFTExample]]:
+        """The step's rows sorted by length (less padding), cut into ``micro_batch_size`` chunks."""
+        exs = sorted((self.examples[i] for i in rows), key=lambda e: e.num_tokens)
+        m = self.cfg.sft.micro_batch_size
+        return [exs[k: k + m] for k in range(0, len(exs), m)]
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step on the next ``sft.batch_size`` rows; returns its metrics."""
+        sft = self.cfg.sft
+        t0 = time.time()
+        epoch, rows = step_rows(len(self.examples), sft.batch_size, sft.seed, self.step)
+        lr = lr_at(self.step, self.lr, sft.warmup_steps, self.total_steps, sft.lr_scheduler)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        n_reply = sum(len(self.examples[i].target_ids) for i in rows)
+        loss_sum = 0.0
+        for mb in self._micro_batches(rows):
+            with self._autocast():
+                nll = reply_token_nll(self.model, collate_sft(mb, self.tokenizer.pad_token_id))
+            loss = nll.sum() / n_reply  # token-mean over the whole optimizer batch
+            loss.backward()
+            loss_sum += loss.item()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        gnorm = torch.nn.utils.clip_grad_norm_(params, sft.max_grad_norm or float("inf"))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        dt = max(time.time() - t0, 1e-9)
+        n_tok = sum(self.examples[i].num_tokens for i in rows)
+        return {"sft/loss": loss_sum, "sft/lr": lr, "sft/grad_norm": float(gnorm), "sft/epoch": float(epoch),
+                "perf/tokens_per_s": n_tok / dt, "perf/reply_tokens_per_s": n_reply / dt,
+                "perf/rows_per_min": 60.0 * len(rows) / dt, "perf/step_s": dt}
+
+    @torch.no_grad()
+    def evaluate_loss(self, examples: list[SFTExample]) -> float:
+        """Token-mean reply loss (nats) over ``examples``, no dropout, no gradient."""
+        self.model.eval()
+        try:
+            tot, n = 0.0, 0
+            m = self.cfg.sft.micro_batch_size
+            for k in range(0, len(examples), m):
+                mb = examples[k: k + m]
+                with self._autocast():
+                    tot += reply_token_nll(self.model, collate_sft(mb, self.tokenizer.pad_token_id)).sum().item()
+                n += sum(len(e.target_ids) for e in mb)
+        finally:
+            self.model.train()
+        return tot / max(1, n)
+
+    def train(self) -> dict[str, float]:
+        """Run the remaining optimizer steps with a progress bar; checkpoint every ``sft.save_freq``
+        steps and at the end, then write ``<run>/model``. Returns the last step's metrics."""
+        from tqdm.auto import tqdm
+
+        sft, last = self.cfg.sft, {}
+        try:
+            with tqdm(total=self.total_steps, initial=self.step, desc="serl sft", unit="step",
+                      disable=not self.cfg.trainer.progress, file=sys.stderr, dynamic_ncols=True) as bar:
+                while self.step < self.total_steps:
+                    last = self.train_step()
+                    done = self.step >= self.total_steps
+                    if self.val_examples and (done or (sft.eval_freq and self.step % sft.eval_freq == 0)):
+                        last["val/loss"] = self.evaluate_loss(self.val_examples)
+                    if done or self.step % sft.log_freq == 0:
+                        self.logger.log(self.step, last)
+                    if done or (sft.save_freq and self.step % sft.save_freq == 0):
+                        self.save()
+                    bar.update(1)
+                    bar.set_postfix_str(f"loss {last['sft/loss']:.3f}, {last['perf/tokens_per_s']:.0f} tok/s")
+            self.export_model()
+        finally:
+            self.logger.close()
+        return last
+
+    def export_model(self) -> Path:
+        """Write ``<run>/model`` (full HF folder, LoRA merged, float32) and, with LoRA and
+        ``sft.save_adapter``, ``<run>/adapter``. Merging changes ``self.model`` into the plain
+        merged model, so call it last. Returns the model folder."""
+        return export_model(self.model, self.tokenizer, self.run_dir, self.cfg, self.provenance())
+
+    def provenance(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"base_model": c.model.path, "resolved_base_model": self.model_path, "data": c.sft.data,
+                "data_sha256": self.data_sha256, "num_rows": len(self.examples), "optimizer_steps": self.step,
+                "lora": {"r": c.model.lora.r, "alpha": c.model.lora.alpha,
+                         "target_modules": list(c.model.lora.target_modules)} if c.model.lora.r else None}
+
+
+def export_model(model, tokenizer, run_dir: Path, cfg: Config, provenance: dict[str, Any]) -> Path:
+    """Save ``model`` as ``<run_dir>/model`` (atomic), merging LoRA adapters first (the adapter
+    alone goes to ``<run_dir>/adapter`` if ``sft.save_adapter``), plus ``serl_sft.json`` with
+    ``provenance``. Returns the model folder."""
+    run_dir = Path(run_dir)
+    if cfg.model.lora.r > 0:
+        if cfg.sft.save_adapter:
+            _atomic_folder(run_dir / "adapter", lambda tmp: model.save_pretrained(str(tmp)))
+        model = model.merge_and_unload()
+    if cfg.model.gradient_checkpointing and hasattr(model, "activation_checkpointing_disable"):
+        model.activation_checkpointing_disable()  # a training-only setting; not saved either way
+    model.config.use_cache = True
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "serl_sft.json").write_text(json.dumps(provenance, indent=2) + "\n")
+
+    return _atomic_folder(run_dir / "model", write)

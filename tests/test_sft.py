@@ -1,0 +1,216 @@
+"""`serl sft`: reply-only loss mask, learning on a fixed batch, full vs LoRA, bit-identical resume,
+and an output folder that `serl eval` loads (tiny random model, synthetic expert rows)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from serl.agent.chat import chat_prompt_ids
+from serl.cli import main
+from serl.config import load_config
+from serl.errors import ConfigError, SerlError
+from serl.train.sft import (SFTExample, SFTTrainer, collate_sft, encode_row, lr_at, read_rows,
+                            reply_token_nll, step_rows)
+
+
+def _rows(n: int = 6) -> list[dict]:
+    objs = ["apple", "mug", "book", "key", "pen", "cup", "egg", "box"]
+    return [{"env": "alfworld", "task_id": f"t{i}", "task_type": "pick_and_place_simple", "step": i,
+             "messages": [{"role": "user", "content": f"Your task is to: put a {objs[i % 8]} in fridge 1.\n"
+                                                      f"Admissible actions: [go to fridge 1, take {objs[i % 8]} {i}]"}],
+             "response": f"<think>I must find the {objs[i % 8]}.</think><action>take {objs[i % 8]} {i}</action>",
+             "action": f"take {objs[i % 8]} {i}", "won": True, "episode_reward": 10.0} for i in range(n)]
+
+
+@pytest.fixture()
+def rows_file(tmp_path):
+    p = tmp_path / "rows.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+    return p
+
+
+def _cfg(model_dir, out, data, *extra):
+    cfg = load_config("cpu", [f"model.path={model_dir}", f"trainer.output_dir={out}", "trainer.run_name=run",
+                              "trainer.progress=false", "trainer.logger=[jsonl]", "model.gradient_checkpointing=false",
+                              *extra])
+    cfg.sft.data = str(data)
+    return cfg
+
+
+def test_prompt_and_target_tokens_are_the_rollouts(tokenizer):
+    row = _rows(1)[0]
+    ex = encode_row(tokenizer, row, max_prompt_length=2048, max_response_length=512)
+    assert ex.prompt_ids == chat_prompt_ids(tokenizer, row["messages"][0]["content"])
+    assert tokenizer.decode(ex.target_ids) == row["response"] + "<|im_end|>"
+    assert ex.target_ids[-1] == tokenizer.eos_token_id and not ex.prompt_truncated
+    cut = encode_row(tokenizer, row, max_prompt_length=16, max_response_length=5)
+    assert cut.prompt_ids == ex.prompt_ids[-16:] and cut.target_ids == ex.target_ids[:5]
+    assert cut.prompt_truncated and cut.response_truncated
+
+
+def test_only_reply_tokens_carry_loss(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    exs = [SFTExample([5, 6, 7, 8, 9], [10, 11, 2]), SFTExample([12, 13], [14, 15, 16, 17, 2])]
+    batch = collate_sft(exs, pad_id=2)
+    assert batch.response_mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+    assert batch.attention_mask.sum(1).tolist() == [8, 7]
+    with torch.no_grad():
+        nll = reply_token_nll(model, batch)
+        for b, e in enumerate(exs):  # reference: the unpadded row, a plain forward
+            ids = torch.tensor([e.prompt_ids + e.target_ids])
+            logp = model(input_ids=ids).logits[0].float().log_softmax(-1)
+            P, T = len(e.prompt_ids), len(e.target_ids)
+            ref = -logp[torch.arange(P - 1, P + T - 1), torch.tensor(e.target_ids)]
+            assert torch.allclose(nll[b, :T], ref, atol=1e-4), b
+            assert torch.all(nll[b, T:] == 0)
+    # changing a padded-away target id changes nothing: the mask, not the id, decides
+    batch.response_ids[0, 3:] = 99
+    with torch.no_grad():
+        assert torch.equal(reply_token_nll(model, batch), nll)
+
+
+def test_loss_falls_on_a_fixed_batch(tiny_model_dir, tmp_path, rows_file):
+    cfg = _cfg(tiny_model_dir, tmp_path, rows_file, "sft.batch_size=6", "sft.micro_batch_size=4",
+               "sft.lr=3e-3", "sft.warmup_steps=0", "sft.lr_scheduler=constant")
+    tr = SFTTrainer(cfg)
+    before = tr.evaluate_loss(tr.examples)
+    losses = [tr.train_step()["sft/loss"] for _ in range(4)]
+    after = tr.evaluate_loss(tr.examples)
+    assert losses[0] == pytest.approx(before, rel=0.02)  # same rows, no dropout in the base model
+    assert after < before - 0.5, (before, losses, after)
+
+
+def _base_params(model):
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def test_full_finetuning_changes_the_weights_and_exports(tiny_model_dir, tmp_path, rows_file):
+    cfg = _cfg(tiny_model_dir, tmp_path, rows_file, "sft.max_steps=2", "sft.batch_size=3", "sft.lr=1e-3")
+    tr = SFTTrainer(cfg)
+    before = _base_params(tr.model)
+    tr.train()
+    assert all(p.requires_grad for p in tr.model.parameters())
+    saved = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    changed = [k for k in before if not torch.equal(before[k], saved[k])]
+    assert "model.layers.0.self_attn.q_proj.weight" in changed and "model.embed_tokens.weight" in changed
+    assert not (tmp_path / "run" / "adapter").exists()
+    prov = json.loads((tmp_path / "run" / "model" / "serl_sft.json").read_text())
+    assert prov["optimizer_steps"] == 2 and prov["lora"] is None and len(prov["data_sha256"]) == 64
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["iteration"] for x in lines] == [1, 2]
+    assert {"sft/loss", "sft/lr", "perf/tokens_per_s", "perf/rows_per_min"} <= set(json.loads(lines[0]))
+
+
+def test_lora_trains_only_adapters_then_merges(tiny_model_dir, tmp_path, rows_file):
+    cfg = _cfg(tiny_model_dir, tmp_path, rows_file, "sft.max_steps=2", "sft.batch_size=3", "sft.lr=1e-2",
+               "model.lora.r=4", "model.lora.target_modules=[q_proj,v_proj]")
+    tr = SFTTrainer(cfg)
+    before = _base_params(tr.model)
+    for _ in range(2):
+        tr.train_step()
+    after = _base_params(tr.model)
+    trainable = {n for n, p in tr.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert any(not torch.equal(before[n], after[n]) for n in trainable)
+    assert all(torch.equal(before[n], after[n]) for n in before if n not in trainable)  # base frozen
+    tr.step = tr.total_steps
+    model_dir = tr.export_model()
+    merged = load_file(str(model_dir / "model.safetensors"))
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert not any("lora" in k for k in merged)
+    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
+    assert torch.equal(merged["model.layers.0.self_attn.k_proj.weight"], base["model.layers.0.self_attn.k_proj.weight"])
+    assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").exists()
+
+
+def test_resume_is_bit_identical(tiny_model_dir, tmp_path, rows_file):
+    extra = ["sft.max_steps=4", "sft.batch_size=4", "sft.micro_batch_size=2", "sft.save_freq=2", "sft.lr=1e-2",
+             "model.lora.r=4", "model.lora.dropout=0.2"]  # dropout: the RNG must be restored too
+    SFTTrainer(_cfg(tiny_model_dir, tmp_path / "a", rows_file, *extra)).train()
+    tr = SFTTrainer(_cfg(tiny_model_dir, tmp_path / "b", rows_file, *extra))
+    for _ in range(2):
+        tr.train_step()
+    tr.save()
+    tr.train_step()  # progress after the checkpoint is lost by the "crash" below
+    del tr
+    assert main(["sft", "--resume", str(tmp_path / "b" / "run")]) == 0
+    a = load_file(str(tmp_path / "a" / "run" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "b" / "run" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(x)["iteration"] for x in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [3, 4]  # the resumed run logs from the restored step on
+    # a finished run resumes as a no-op
+    assert main(["sft", "--resume", str(tmp_path / "b" / "run")]) == 0
+
+
+def test_resume_refuses_changed_data(tiny_model_dir, tmp_path, rows_file):
+    tr = SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, "sft.max_steps=3", "sft.batch_size=3"))
+    tr.train_step()
+    tr.save()
+    rows_file.write_text(rows_file.read_text() + json.dumps(_rows(7)[-1]) + "\n")
+    from serl.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="changed"):
+        SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, "sft.max_steps=3", "sft.batch_size=3"),
+                   run_dir=tmp_path / "run", resume=True)
+
+
+def test_cli_output_loads_in_serl_eval(tiny_model_dir, tmp_path, rows_file, capsys):
+    from serl.models.loading import load_causal_lm
+
+    rc = main(["sft", "--data", str(rows_file), f"model.path={tiny_model_dir}", f"trainer.output_dir={tmp_path}",
+               "trainer.run_name=sft", "trainer.progress=false", "sft.max_steps=1", "sft.batch_size=2",
+               "model.lora.r=2"])
+    assert rc == 0
+    model_dir = tmp_path / "sft" / "model"
+    assert f"serl train model.path={model_dir}" in capsys.readouterr().out
+    assert load_causal_lm(str(model_dir), torch.float32, "cpu").config.use_cache is True
+    out = tmp_path / "eval"
+    rc = main(["eval", f"model.path={model_dir}", "env.max_steps=1", "data.max_response_length=8",
+               "rollout.micro_batch_size=2", "--num-tasks", "2", "--greedy", "--out", str(out)])
+    assert rc == 0
+    assert json.loads((out / "metrics.json").read_text())["num_tasks"] == 2
+
+
+@pytest.mark.parametrize("override, key", [
+    ("sft.lr=-1", "sft.lr"), ("sft.micro_batch_size=0", "sft.micro_batch_size"),
+    ("sft.lr_scheduler=linear", "sft.lr_scheduler"), ("model.lora.r=-2", "model.lora.r"),
+    ("model.lora.dropout=1.5", "model.lora.dropout"),
+])
+def test_bad_sft_config_names_the_key(rows_file, tmp_path, override, key, capsys):
+    assert main(["sft", "--data", str(rows_file), override, f"trainer.output_dir={tmp_path}"]) == 2
+    assert key in capsys.readouterr().err
+
+
+def test_missing_or_bad_data_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="sft.data"):
+        SFTTrainer(load_config("cpu", [f"trainer.output_dir={tmp_path}"]))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
+    with pytest.raises(SerlError, match=r"bad.jsonl:1: .*response"):
+        read_rows(bad)
+    assert main(["sft", "--data", str(tmp_path / "nope.jsonl"), f"trainer.output_dir={tmp_path}"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_row_order_and_lr_schedule():
+    e0, first = step_rows(10, 4, seed=3, step=0)
+    _, second = step_rows(10, 4, seed=3, step=1)
+    _, third = step_rows(10, 4, seed=3, step=2)
+    assert e0 == 0 and len(third) == 2 and sorted(first + second + third) == list(range(10))
+    e1, nxt = step_rows(10, 4, seed=3, step=3)
+    assert e1 == 1 and nxt != first  # reshuffled each epoch
+    assert [lr_at(s, 1.0, 2, 6, "constant") for s in range(3)] == [0.5, 1.0, 1.0]
+    assert lr_at(2, 1.0, 2, 6, "cosine") == pytest.approx(1.0)
+    assert lr_at(4, 1.0, 2, 6, "cosine") == pytest.approx(0.5)
+
+
+def test_lora_target_modules_that_match_nothing(tiny_model_dir, tmp_path, rows_file):
+    with pytest.raises(ConfigError, match="model.lora.target_modules"):
+        SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, "model.lora.r=2", "model.lora.target_modules=[nope]"))
