@@ -74,3 +74,15 @@ def test_score_logprobs_matches_one_forward_and_takes_given_prompts(tiny_model_d
     assert other[0].shape == out[1].shape and not torch.equal(other[0], out[1])
     with pytest.raises(ValueError, match="prompts"):
         score_logprobs(model, b, 2, pad_id=0, prompt_ids=[[1]])
+
+
+def test_advantage_signal_metrics_count_rows_and_groups_with_nonzero_advantage():
+    import torch
+
+    from serl.train.metrics import advantage_signal_metrics
+
+    adv = torch.tensor([0.0, 0.0, 0.5, -0.5, 0.0, 0.0])
+    group = torch.tensor([0, 0, 1, 1, 2, 2])
+    m = advantage_signal_metrics(adv, group)
+    assert m["critic/advantages/nonzero_fraction"] == 2 / 6
+    assert m["critic/advantages/nonzero_group_fraction"] == 1 / 3

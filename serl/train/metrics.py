@@ -9,6 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
+import torch
+
 from serl.trajectory import Group
 
 
@@ -119,3 +121,22 @@ def success_by_type(trajectories) -> dict[str, float]:
     for t in trajectories:
         won[t.task.task_type].append(t.won)
     return {k: sum(v) / len(v) for k, v in sorted(won.items())}
+
+
+def advantage_signal_metrics(advantages: torch.Tensor, group_index: torch.Tensor) -> dict[str, float]:
+    """How much learning signal a batch carries: the fraction of rows, and of task groups, whose
+    advantage is not exactly 0. A group whose G rollouts all scored the same gives every row
+    advantage 0 under GRPO, so no gradient (and SERL has nothing to re-weight).
+
+    Args:
+        advantages: ``[rows]`` one advantage per step row.
+        group_index: ``[rows]`` integer group id of each row.
+
+    Returns:
+        ``critic/advantages/nonzero_fraction`` and ``critic/advantages/nonzero_group_fraction``.
+    """
+    nonzero = advantages != 0
+    groups = set(group_index.tolist())
+    signal = set(group_index[nonzero].tolist())
+    return {"critic/advantages/nonzero_fraction": int(nonzero.sum()) / max(1, len(advantages)),
+            "critic/advantages/nonzero_group_fraction": len(signal) / max(1, len(groups))}

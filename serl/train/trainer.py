@@ -62,7 +62,8 @@ from serl.rollout.collector import Collector
 from serl.rollout.engine import HFEngine, SamplingParams
 from serl.train.batch import RowBatch, StepTable, UpdateBatch, pad_rows, response_logprobs, score_logprobs
 from serl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from serl.train.metrics import MetricMeans, MetricsLogger, rollout_metrics, success_by_type
+from serl.train.metrics import (MetricMeans, MetricsLogger, advantage_signal_metrics, rollout_metrics,
+                                success_by_type)
 from serl.train.teacher_log import TeacherLogWriter, teacher_log_row
 from serl.trajectory import Group, Step, Trajectory, iter_steps, write_jsonl
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
@@ -464,6 +465,7 @@ class Trainer:
         metrics.update({"critic/score/mean": data.scores.mean().item(),
                         "critic/advantages/mean": adv.mean().item(),
                         "critic/advantages/max": adv.max().item(), "critic/advantages/min": adv.min().item()})
+        metrics.update(advantage_signal_metrics(adv, data.group_index))
         if alg.use_toolcall_reward != "none":
             metrics["critic/toolcall_bonus/mean"] = table.bonus.mean().item()
         return adv
@@ -843,7 +845,9 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
                 bar.update(len(part))
     finally:
         pool.close()
-    metrics = {"success_rate": sum(t.won for t in trajs) / max(1, len(trajs)), "num_tasks": len(trajs)}
+    steps = [s for t in trajs for s in t.steps]
+    metrics = {"success_rate": sum(t.won for t in trajs) / max(1, len(trajs)), "num_tasks": len(trajs),
+               "valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps))}
     metrics.update({f"{k}_success_rate": v for k, v in success_by_type(trajs).items()})
     metrics.update(get_env_class(cfg.env.name).episode_metrics(trajs))
     return {"metrics": metrics, "trajectories": trajs}

@@ -1,0 +1,203 @@
+"""Does serl learn? Expert cold start, then GRPO vs SERL from the same SFT checkpoint, on real games.
+
+Phases (each one resumable: a finished phase is skipped, an interrupted run continues with
+``--resume``; re-run the same command after an interruption):
+
+1. ``expert``  — ``serl data expert alfworld`` on ``--expert-tasks`` train games of the recipe's
+   task types (walkthroughs played through the RL prompt builder);
+2. ``sft``     — ``serl sft`` (LoRA by default) on those rows; its merged model is the RL start;
+3. ``rl``      — for each algorithm and seed, ``serl train`` from the SFT model for
+   ``--iterations`` iterations, in chunks of ``--eval-every``; after each chunk (and at the SFT
+   start) the policy is evaluated on a fixed panel: the first ``--panel-per-type`` tasks of each
+   task type of each ``--splits`` split (``serl eval --num-tasks``: round-robin over types in
+   listing order, so the same tasks every time), sampled at ``rollout.val_temperature`` with the
+   fixed seed ``--eval-seed``;
+4. ``report``  — LEARNING.md (machine, commands, wall time per phase, success and valid-action
+   ratio mean ± std over seeds at the start and the end, the per-iteration fraction of groups with
+   a non-zero advantage) and a PNG plot of panel success vs iteration (mean ± std over seeds).
+
+Run on this repository's CPU scale (see LEARNING.md for the figures it produced)::
+
+    python benchmarks/learning.py --data-dir ../shared/data/alfworld --workdir runs/learning
+
+Everything the script runs is a ``serl`` command printed before it runs; its outputs stay in
+``--workdir`` (``expert.jsonl``, ``sft/``, ``rl/<algo>_s<seed>/``, ``eval/…/metrics.json``,
+``phases.json`` with the wall time of each phase).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: the algorithms compared: name -> overrides on top of the recipe
+ALGOS = {
+    "grpo": ["algorithm.serl.enable=false"],
+    "serl": ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=immediate_feedback"],
+    "serl_anchor": ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=anchor_immediate_feedback"],
+}
+
+
+def cpu_model() -> str:
+    """The CPU model name (``/proc/cpuinfo``), or the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+class Experiment:
+    """The phases of one learning experiment in one work folder (see the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.a = args
+        self.w = Path(args.workdir).resolve()
+        self.w.mkdir(parents=True, exist_ok=True)
+        self.phases_file = self.w / "phases.json"
+        self.phases = json.loads(self.phases_file.read_text()) if self.phases_file.exists() else {}
+
+    # ------------------------------------------------------------------ plumbing
+    def serl(self, *argv: str) -> None:
+        """Run one ``serl`` command (printed first); raises ``SystemExit`` with its code on failure."""
+        cmd = [sys.executable, "-m", "serl.cli", *argv]
+        print("+ serl " + " ".join(shlex.quote(x) for x in argv), flush=True)
+        r = subprocess.run(cmd)
+        if r.returncode != 0:
+            raise SystemExit(f"learning.py: `serl {argv[0]}` failed with exit code {r.returncode}")
+
+    def timed(self, name: str, fn) -> None:
+        """Run ``fn`` and add its wall time to phase ``name`` in ``phases.json`` (atomically)."""
+        t0 = time.perf_counter()
+        fn()
+        self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
+        tmp = self.phases_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.phases, indent=2))
+        os.replace(tmp, self.phases_file)
+
+    def common(self) -> list[str]:
+        """Overrides every command shares: the recipe, the data, the model and the user's extras."""
+        out = [f"recipe={self.a.recipe}", *self.a.override]
+        if self.a.data_dir:
+            out.append(f"env.data_dir={Path(self.a.data_dir).resolve()}")
+        return out
+
+    # ------------------------------------------------------------------ phases
+    def expert(self) -> None:
+        out = self.w / "expert.jsonl"
+        if out.exists():
+            return
+        self.timed("expert", lambda: self.serl(
+            "data", "expert", "alfworld", *self.common(), "--split", "train", "--num-tasks", str(self.a.expert_tasks),
+            "--seed", str(self.a.expert_seed), "--out", str(out)))
+
+    def sft(self) -> Path:
+        model = self.w / "sft" / "model"
+        if (model / "config.json").exists():
+            return model
+        resume = ["--resume", str(self.w / "sft")] if (self.w / "sft" / "checkpoints").exists() else []
+        args = [] if resume else [*self.common(), f"model.lora.r={self.a.lora_r}", *self.a.sft_override,
+                                  f"trainer.output_dir={self.w}", "trainer.run_name=sft"]
+        self.timed("sft", lambda: self.serl("sft", "--data", str(self.w / "expert.jsonl"), *args, *resume))
+        return model
+
+    def evaluate(self, name: str, iteration: int, source: list[str]) -> None:
+        """Panel evaluation of one policy at one iteration, on every split (skipped if done)."""
+        n = self.a.panel_per_type * self.num_types()
+        for split in self.a.splits:
+            out = self.w / "eval" / name / f"it{iteration:03d}_{split}"
+            if (out / "metrics.json").exists():
+                continue
+            self.timed("eval", lambda: self.serl(
+                "eval", *source, "--split", split, "--num-tasks", str(n), "--seed", str(self.a.eval_seed),
+                "--out", str(out)))
+
+    def num_types(self) -> int:
+        from serl.config import load_config
+
+        cfg = load_config(self.a.recipe, [x for x in self.a.override])
+        return len(cfg.env.task_types) or 6
+
+    def rl(self, model: Path) -> None:
+        self.evaluate("sft", 0, [*self.common(), f"model.path={model}"])
+        for algo in self.a.algos:
+            for seed in self.a.seeds:
+                self.rl_run(algo, seed, model)
+
+    def rl_run(self, algo: str, seed: int, model: Path) -> None:
+        name = f"{algo}_s{seed}"
+        run = self.w / "rl" / name
+        for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every):
+            if not (self.w / "eval" / name / f"it{target:03d}_{self.a.splits[-1]}" / "metrics.json").exists():
+                steps = f"trainer.total_training_steps={target}"
+                if (run / "checkpoints").exists():
+                    self.timed(f"rl/{algo}", lambda: self.serl("train", "--resume", str(run), steps))
+                else:
+                    self.timed(f"rl/{algo}", lambda: self.serl(
+                        "train", *self.common(), *ALGOS[algo], f"model.path={model}", f"seed={seed}",
+                        f"trainer.output_dir={self.w / 'rl'}", f"trainer.run_name={name}", steps,
+                        "trainer.max_checkpoints_to_keep=1", *self.a.train_override))
+            self.evaluate(name, target, ["--run", str(run)])
+
+    def run(self) -> None:
+        from tqdm.auto import tqdm
+
+        todo = ["expert", "sft", "rl", "report"]
+        with tqdm(todo, desc="learning", unit="phase", file=sys.stderr) as bar:
+            model = None
+            for phase in bar:
+                bar.set_postfix_str(phase)
+                if phase == "expert":
+                    self.expert()
+                elif phase == "sft":
+                    model = self.sft()
+                elif phase == "rl":
+                    self.rl(model)
+                else:
+                    from learning_report import write_report
+
+                    write_report(self.w, self.a, self.phases, cpu_model())
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", default="runs/learning")
+    p.add_argument("--data-dir", help="ALFWorld data (json_2.1.1/...); default: the recipe's / the shipped fixture")
+    p.add_argument("--recipe", default="cpu_learn")
+    p.add_argument("--expert-tasks", type=int, default=60)
+    p.add_argument("--expert-seed", type=int, default=0)
+    p.add_argument("--lora-r", type=int, default=8, help="LoRA rank of the SFT (0 = full fine-tuning)")
+    p.add_argument("--algos", nargs="+", default=["grpo", "serl"], choices=sorted(ALGOS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--iterations", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--panel-per-type", type=int, default=4)
+    p.add_argument("--splits", nargs="+", default=["valid_seen", "valid_unseen"])
+    p.add_argument("--eval-seed", type=int, default=1000)
+    p.add_argument("--override", nargs="*", default=[], help="key=value for every serl command")
+    p.add_argument("--sft-override", nargs="*", default=[], help="key=value for serl sft only")
+    p.add_argument("--train-override", nargs="*", default=[], help="key=value for serl train only")
+    a = p.parse_args(argv)
+    if a.iterations < 1 or a.eval_every < 1 or a.iterations % a.eval_every:
+        p.error("--iterations must be a positive multiple of --eval-every")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    Experiment(parse_args(argv)).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
