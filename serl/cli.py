@@ -94,7 +94,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     device = pick_device(cfg.trainer.device)
     path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
     tok = load_tokenizer(path)
-    model = load_causal_lm(path, pick_dtype(cfg.model.dtype, device), device, cfg.model.trust_remote_code)
+    model = load_causal_lm(path, pick_dtype(cfg.model.dtype, device), device, cfg.model.trust_remote_code,
+                           cfg.model.adapter)
     source = path
     if args.run:
         from safetensors.torch import load_file

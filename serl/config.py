@@ -99,6 +99,9 @@ class ModelConfig:
     train_dtype: str = "auto"
     gradient_checkpointing: bool = True
     trust_remote_code: bool = False
+    #: a PEFT LoRA adapter merged into ``path`` at load: a folder, or the name of an adapter
+    #: shipped with serl (``serl/models/adapters``); None = none. Used by train, eval and sft.
+    adapter: Optional[str] = None
     #: LoRA adapters for ``serl sft`` (``model.lora.r=16``); r=0 = full fine-tuning
     lora: ModelLoraConfig = field(default_factory=ModelLoraConfig)
 

@@ -183,12 +183,56 @@ def load_tokenizer(path: str):
     return tok
 
 
-def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = False):
-    """Load a causal LM from a resolved folder onto ``device`` with ``dtype``."""
+#: LoRA adapters shipped inside serl (``serl/models/adapters/<name>``), usable as ``model.adapter=<name>``
+ADAPTER_DIR = Path(__file__).resolve().parent / "adapters"
+
+
+def resolve_adapter_path(adapter: str) -> str:
+    """Turn ``model.adapter`` into a PEFT adapter folder: a folder holding ``adapter_config.json``,
+    or the name of an adapter shipped with serl (a folder of :data:`ADAPTER_DIR`).
+
+    Raises:
+        ModelLoadError: no such folder or shipped adapter, or the folder is not a PEFT adapter.
+    """
+    p = Path(adapter).expanduser()
+    if not p.exists() and (ADAPTER_DIR / adapter).is_dir():
+        p = ADAPTER_DIR / adapter
+    if not p.exists():
+        shipped = sorted(x.name for x in ADAPTER_DIR.iterdir() if x.is_dir()) if ADAPTER_DIR.is_dir() else []
+        raise ModelLoadError(f"model.adapter {adapter!r}: no such folder, and not a shipped adapter {shipped}")
+    if not (p / "adapter_config.json").exists():
+        raise ModelLoadError(f"model.adapter {str(p)!r} is not a PEFT adapter folder (no adapter_config.json)")
+    return str(p)
+
+
+def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = False, adapter: str | None = None):
+    """Load a causal LM from a resolved folder onto ``device`` with ``dtype``.
+
+    Args:
+        path: a folder from :func:`resolve_model_path` (or a hub id).
+        dtype: the torch dtype of the weights.
+        device: ``cpu`` or ``cuda``.
+        trust_remote_code: passed to transformers.
+        adapter: optional PEFT LoRA adapter (:func:`resolve_adapter_path`), merged into the
+            weights at load (``PeftModel.merge_and_unload``), so the result is a plain model
+            whose every weight trains, exactly as if the merged folder had been given as ``path``.
+
+    Raises:
+        ModelLoadError: the model or the adapter cannot be loaded (the message says which).
+    """
     from transformers import AutoModelForCausalLM
 
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     except Exception as e:
         raise ModelLoadError(f"could not load a causal LM from {path!r}: {e}") from e
+    if adapter:
+        from peft import PeftModel
+
+        folder = resolve_adapter_path(adapter)
+        try:
+            model = PeftModel.from_pretrained(model, folder).merge_and_unload()
+        except Exception as e:
+            raise ModelLoadError(f"could not apply the adapter {folder!r} to {path!r}: {e}") from e
+        model = model.to(dtype)
     return model.to(device)

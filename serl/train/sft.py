@@ -266,7 +266,7 @@ def build_policy(cfg: Config, path: str, device: str):
             module matches ``model.lora.target_modules``.
     """
     cfg.model.lora.validate()
-    model = load_causal_lm(path, torch.float32, device, cfg.model.trust_remote_code)
+    model = load_causal_lm(path, torch.float32, device, cfg.model.trust_remote_code, cfg.model.adapter)
     if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
         model.activation_checkpointing_enable()
     lo = cfg.model.lora

@@ -212,7 +212,7 @@ class Trainer:
         train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
         # fp32 master weights; bf16 training = autocast
         self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
-        self.policy = load_causal_lm(path, torch.float32, self.device, cfg.model.trust_remote_code)
+        self.policy = load_causal_lm(path, torch.float32, self.device, cfg.model.trust_remote_code, cfg.model.adapter)
         if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
             enable = getattr(self.policy, "activation_checkpointing_enable", None) or \
                 self.policy.gradient_checkpointing_enable
