@@ -1,9 +1,9 @@
 """Step, Trajectory and Group records: what a rollout produces and every algorithm consumes.
 
 Multi-turn rollouts are stored as *step rows*, as verl-agent and SERL do
-(``langfengQ/verl-agent@574dd5b:agent_system/multi_turn_rollout/rollout_loop.py``; SERL, arXiv 2605.19447): at env step
-``t`` the policy sees a fresh single-turn prompt (task + last ``history_length`` (observation,
-action) pairs + current observation + admissible actions) and samples one response. Each
+(``langfengQ/verl-agent@574dd5b:agent_system/multi_turn_rollout/rollout_loop.py``;
+SERL, arXiv 2605.19447): at env step ``t`` the policy sees a fresh single-turn prompt (task +
+last ``history_length`` (observation, action) pairs + current observation + admissible actions) and samples one response. Each
 (prompt, response) pair is one :class:`Step`; the steps of one episode form a
 :class:`Trajectory`; the ``G`` trajectories that played the same task form a :class:`Group`
 (the GRPO group, ``uid`` in verl-agent).
