@@ -1,4 +1,4 @@
-"""Advantage estimators on hand-computed cases (gigpo_grpo.md §2, §3)."""
+"""Advantage estimators on hand-computed cases (GRPO arXiv 2402.03300, GiGPO arXiv 2505.10978)."""
 
 import math
 from types import SimpleNamespace
@@ -150,8 +150,8 @@ def test_anchor_groups_errors():
 
 
 def worked_example():
-    """gigpo_grpo.md §3.6: four trajectories reach the same search page; two succeed 2 and 4
-    steps later (r = 1), two fail. γ = 0.95."""
+    """The GiGPO paper's Fig. 3 case (arXiv 2505.10978): four trajectories reach the same search
+    page; two succeed 2 and 4 steps later (r = 1), two fail. γ = 0.95."""
     obs, traj, rew, score, step = [], [], [], [], []
     plans = [("a", 2, 1.0), ("b", 4, 1.0), ("c", 1, 0.0), ("d", 1, 0.0)]
     for ti, (name, extra, r) in enumerate(plans):
