@@ -183,7 +183,7 @@ def test_gigpo_worked_example_mean_norm():
     mu = (0.9025 + 0.81450625) / 4
     assert_close(adv[PAGE_ROWS], t([0.5 + 0.9025 - mu, 0.5 + 0.81450625 - mu, -0.5 - mu, -0.5 - mu]))
     assert_close(adv[PAGE_ROWS], t([0.9732484375, 0.8852546875, -0.9292515625, -0.9292515625]))
-    # the spec's rounded figures: +0.97, +0.89, -0.93, -0.93
+    # the paper example's rounded figures: +0.97, +0.89, -0.93, -0.93
     assert [round(x, 2) for x in adv[PAGE_ROWS].tolist()] == [0.97, 0.89, -0.93, -0.93]
     # every other state is a singleton: A^S = 0, only the episode term remains
     others = [i for i in range(len(adv)) if i not in PAGE_ROWS]
