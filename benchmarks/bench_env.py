@@ -3,7 +3,8 @@
 Both sides play the same episodes: env ``i`` plays game ``i`` with random admissible actions
 from ``random.Random(i)``, for at most ``--rounds`` steps. The pool steps all live envs each
 round; the serial side plays the episodes one after another on one env. Steps per second of
-wall time are compared; resets are timed separately (a reset costs ~0.85 s, alfworld.md §4).
+wall time are compared; resets are timed separately (a reset costs ~0.85 s: TextWorld
+re-translates the PDDL).
 The run checks that both sides end in the same observations.
 
     python benchmarks/bench_env.py                      # fixture games, 8 envs on 2 workers

@@ -14,7 +14,7 @@ Figures:
 * **search parity** with Anserini 0.22.1 on those queries: top-10 overlap, top-1 agreement,
   identical top-10 order, identical top-50 list;
 * **goal order**: goals equal to ``synthetic_goals_seed233.jsonl`` (asin, text, attributes,
-  options), in order; and the oracle figures of webshop.md §3 (goals where the exact target with
+  options), in order; and the oracle figures (goals where the exact target with
   the exact options scores < 1, and the mean oracle score).
 """
 

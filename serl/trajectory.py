@@ -1,14 +1,16 @@
 """Step, Trajectory and Group records: what a rollout produces and every algorithm consumes.
 
-Multi-turn rollouts are stored as *step rows* (environments.md §1, serl.md §1.1): at env step
-``t`` the policy sees a fresh single-turn prompt (task + last ``history_length`` (observation,
-action) pairs + current observation + admissible actions) and samples one response. Each
+Multi-turn rollouts are stored as *step rows*, as verl-agent and SERL do
+(``langfengQ/verl-agent@574dd5b:agent_system/multi_turn_rollout/rollout_loop.py``;
+SERL, arXiv 2605.19447): at env step ``t`` the policy sees a fresh single-turn prompt (task +
+last ``history_length`` (observation, action) pairs + current observation + admissible actions) and samples one response. Each
 (prompt, response) pair is one :class:`Step`; the steps of one episode form a
 :class:`Trajectory`; the ``G`` trajectories that played the same task form a :class:`Group`
 (the GRPO group, ``uid`` in verl-agent).
 
 Only *active* steps are recorded (steps taken while the env was not yet done), so there are no
-"garbage rows" to mask out later, and no rows are duplicated to pad a batch (serl.md §10.7).
+"garbage rows" to mask out later, and no rows are duplicated to pad a batch (the original's
+``adjust_batch`` duplicates random rows, which then count twice in the group statistics).
 """
 
 from __future__ import annotations
@@ -28,21 +30,23 @@ class Step:
     Attributes:
         step_id: 0-based index of the step inside its trajectory (the rollout loop index).
         observation: raw env observation the agent saw before acting (the anchor text of
-            gigpo_grpo.md §3.3; banner-stripped for ALFWorld).
+            GiGPO, arXiv 2505.10978; banner-stripped for ALFWorld).
         prompt: the full user-message text of this step (task, history, observation,
             admissible actions, format instructions).
         prompt_ids: the chat-templated prompt token ids fed to the policy, ``[prompt_len]``.
         response_ids: the sampled response token ids, EOS included if sampled, ``[resp_len]``.
         response_text: ``response_ids`` decoded with special tokens skipped.
         action_mask: per response token, 1 if the token lies inside the ``<action>`` content
-            (serl.md §2.3), computed on ``response_ids``; ``[resp_len]``.
-        action: the projected action string sent to the env (lower-cased; environments.md §3).
+            (SERL's action mask, arXiv 2605.19447), computed on ``response_ids``; ``[resp_len]``.
+        action: the projected action string sent to the env (lower-cased; verl-agent's projection,
+            ``langfengQ/verl-agent@574dd5b:agent_system/environments/env_package/alfworld/projection.py``).
         action_valid: format validity (think and action tags present, no CJK).
         admissible_actions: the env's admissible actions at this step (what the prompt listed).
         reward: the env reward of this step (10 on the winning step, else 0).
         feedback: the immediate feedback: the raw env observation returned after the action.
-        next_prompt: the full templated prompt of the following step (``next_observation_text``
-            of serl.md §1.1); built for the terminal step too.
+        next_prompt: the full templated prompt of the following step (SERL's
+            ``next_observation_text``, ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``);
+            built for the terminal step too.
         done: the episode ended at this step.
         won: the task was solved at this step.
         info: extra env fields from the step (e.g. WebShop ``task_score``).
@@ -76,7 +80,7 @@ class Trajectory:
         task: the task played.
         task_text: the natural-language task ("put a clean apple in fridge").
         steps: the active steps, in order.
-        extra: free-form per-trajectory data (e.g. an LLM judge's critique, serl.md §3.5).
+        extra: free-form per-trajectory data (e.g. an LLM judge's critique, SERL's judge modes).
     """
 
     uid: str
@@ -88,7 +92,7 @@ class Trajectory:
 
     @property
     def won(self) -> bool:
-        """True if the env reported ``won`` at the last active step (environments.md §4)."""
+        """True if the env reported ``won`` at the last active step (verl-agent's ``success_evaluator``)."""
         return bool(self.steps) and bool(self.steps[-1].won)
 
     @property

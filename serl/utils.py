@@ -48,7 +48,7 @@ def set_seed(seed: int) -> None:
 
 
 def configure_cpu_threads(num_threads: int | None) -> int:
-    """Apply the CPU thread policy of model.md §6.3 and return the torch thread count.
+    """Apply serl's CPU thread policy and return the torch thread count.
 
     OpenMP spin-waiting makes HF generation up to 40x slower when env workers share the cores,
     so ``OMP_WAIT_POLICY=PASSIVE`` is set (effective only before torch initialises OpenMP, which

@@ -1,4 +1,4 @@
-"""Advantage estimators on hand-computed cases (gigpo_grpo.md §2, §3)."""
+"""Advantage estimators on hand-computed cases (GRPO arXiv 2402.03300, GiGPO arXiv 2505.10978)."""
 
 import math
 from types import SimpleNamespace
@@ -150,8 +150,8 @@ def test_anchor_groups_errors():
 
 
 def worked_example():
-    """gigpo_grpo.md §3.6: four trajectories reach the same search page; two succeed 2 and 4
-    steps later (r = 1), two fail. γ = 0.95."""
+    """The GiGPO paper's Fig. 3 case (arXiv 2505.10978): four trajectories reach the same search
+    page; two succeed 2 and 4 steps later (r = 1), two fail. γ = 0.95."""
     obs, traj, rew, score, step = [], [], [], [], []
     plans = [("a", 2, 1.0), ("b", 4, 1.0), ("c", 1, 0.0), ("d", 1, 0.0)]
     for ti, (name, extra, r) in enumerate(plans):
@@ -183,7 +183,7 @@ def test_gigpo_worked_example_mean_norm():
     mu = (0.9025 + 0.81450625) / 4
     assert_close(adv[PAGE_ROWS], t([0.5 + 0.9025 - mu, 0.5 + 0.81450625 - mu, -0.5 - mu, -0.5 - mu]))
     assert_close(adv[PAGE_ROWS], t([0.9732484375, 0.8852546875, -0.9292515625, -0.9292515625]))
-    # the spec's rounded figures: +0.97, +0.89, -0.93, -0.93
+    # the paper example's rounded figures: +0.97, +0.89, -0.93, -0.93
     assert [round(x, 2) for x in adv[PAGE_ROWS].tolist()] == [0.97, 0.89, -0.93, -0.93]
     # every other state is a singleton: A^S = 0, only the episode term remains
     others = [i for i in range(len(adv)) if i not in PAGE_ROWS]

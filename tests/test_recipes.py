@@ -23,7 +23,7 @@ from serl.train.batch import collate, response_logprobs
 from serl.train.trainer import Trainer
 
 RECIPES = ["grpo", "gigpo", "drbot", "spear", "gigpo_drbot", "gigpo_spear", "serl_gigpo"]
-WIN_TEXT = "<action>look</action>"  # 7 tokens: under the 12-token cap, complete (spear.md §6.3)
+WIN_TEXT = "<action>look</action>"  # 7 tokens: under the 12-token cap, complete (Dr.BoT's incomplete filter)
 
 
 def _cfg(recipe, model_dir, out, run="run", **extra):

@@ -1,4 +1,4 @@
-"""SPEAR replay buffer, recalibration, schedules and tool-call reward (spear.md §1–§5, §8)."""
+"""SPEAR replay buffer, recalibration, schedules and tool-call reward (SPEAR, arXiv 2509.22601)."""
 
 import io
 import math
@@ -33,7 +33,7 @@ def row(reward, adv, uid="u", traj="t", n=3, masked=False, extra=None):
     )
 
 
-# ---- tool-call reward (§5) and replay coefficient (§3) ----------------------------------
+# ---- tool-call reward and replay coefficient --------------------------------------------
 
 
 def test_toolcall_bonus_modes():
@@ -62,7 +62,7 @@ def test_replay_coef_cosine_warmup():
     assert replay_coef(5, 0.3, 0) == 0.3
 
 
-# ---- recalibration primitives (§2) -------------------------------------------------------
+# ---- recalibration primitives -----------------------------------------------------------
 
 
 def test_percentile_and_recalibration():
@@ -75,7 +75,7 @@ def test_percentile_and_recalibration():
     assert_close(recalibrate_advantages(r, 7.5, 2.5, True), torch.tensor([2.5, 0.0, -2.5]) / (2.5 + 1e-6))
 
 
-# ---- admission, staleness, size (§1) -----------------------------------------------------
+# ---- admission, staleness, size ---------------------------------------------------------
 
 
 def test_admission_positive_advantage_only_and_stored_copies():
@@ -161,7 +161,7 @@ def test_p50_size_before_any_history_uses_entry_mean():
     assert buf.size() == 1  # only 10 > mean 5
 
 
-# ---- consumption (§1, §2) ----------------------------------------------------------------
+# ---- consumption -----------------------------------------------------------------------
 
 
 def test_consume_p50_recalibrates_filters_samples_and_empties():

@@ -1,4 +1,4 @@
-"""WebShop data shipped with serl: integrity, product processing (webshop.md §2.1), and an optional
+"""WebShop data shipped with serl: integrity, product processing (WebShop's load_products), and an optional
 cross-check against the research data in ``../shared/data/webshop`` (skipped when absent)."""
 
 from __future__ import annotations

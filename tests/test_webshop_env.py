@@ -1,4 +1,5 @@
-"""WebShopEnv: pages and exact text (webshop.md §2.3–§2.4), scripted episodes, invalid actions, limits."""
+"""WebShopEnv: pages and exact text (as princeton-nlp/WebShop@64fa2a5's text env), scripted
+episodes, invalid actions, limits."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_registered_and_protocol(env):
 
 
 def test_pages_render_exactly_as_webshop(env):
-    """The captured strings of webshop.md §2.4 (goal 0, seed 0 happens to draw the same budget)."""
+    """Strings captured from the original WebShop text env (goal 0, seed 0 happens to draw the same budget)."""
     r = env.reset(task(0))
     raw = r.info["raw_observation"]
     assert raw == f"WebShop [SEP] Instruction: [SEP] {INSTR0} [SEP] Search"
@@ -79,7 +80,7 @@ def test_pages_render_exactly_as_webshop(env):
     before = r.observation
     r = env.step('click[28" x 28"]')
     assert not r.info["invalid_action"]
-    assert r.observation == before  # text mode never shows which option is selected (webshop.md §2.4)
+    assert r.observation == before  # text mode never shows which option is selected (as WebShop)
     r = env.step("click[description]")
     assert r.info["raw_observation"].startswith(f"Instruction: [SEP] {INSTR0} [SEP] Back to Search [SEP] < Prev [SEP] ")
     assert r.admissible_actions == ["click[back to search]", "click[< prev]"]
@@ -148,7 +149,7 @@ def test_search_works_from_any_page_and_back_to_search_resets(env):
     opts = [a for a in r.admissible_actions[6:]]
     if opts:
         env.step(opts[0])
-    r = env.step("search[lamp]")  # no search bar shown here, still accepted (webshop.md §2.3)
+    r = env.step("search[lamp]")  # no search bar shown here, still accepted (as WebShop)
     assert not r.info["invalid_action"] and r.info["page"] == "results"
     assert env.site.state.page_num == 1 and env.site.state.options == {} and env.site.state.asin is None
     r = env.step("click[back to search]")

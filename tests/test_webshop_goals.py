@@ -1,4 +1,4 @@
-"""WebShop goals (webshop.md §2.2): generation, the seed-233 order, splits, seeded price clauses."""
+"""WebShop goals (WebShop's get_goals): generation, the seed-233 order, splits, seeded price clauses."""
 
 from __future__ import annotations
 

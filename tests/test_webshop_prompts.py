@@ -1,4 +1,4 @@
-"""WebShop step prompt (environments.md §2): both variants, the action list, the 13,000-char fallback."""
+"""WebShop step prompt (verl-agent's prompts/webshop.py): both variants, the action list, the 13,000-char fallback."""
 
 from __future__ import annotations
 

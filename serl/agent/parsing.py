@@ -1,15 +1,17 @@
 """Parsing a sampled response: the env action, its format validity, and the action-token mask.
 
-* :func:`project_action` is verl-agent's projection (environments.md §3): the lower-cased text
+* :func:`project_action` is verl-agent's projection (``alfworld_projection`` /
+  ``webshop_projection`` in ``langfengQ/verl-agent@574dd5b:agent_system/environments/env_package/*/projection.py``): the lower-cased text
   between the first ``<action>`` and the first ``</action>``; if a tag is missing, the last
   ``fallback_chars`` characters (30 for ALFWorld, 20 for WebShop) and ``valid = False``;
   ``valid = False`` also when ``<think>`` or ``</think>`` is missing or the text has CJK
   characters. The action is sent to the env even when invalid.
-* :func:`action_char_spans` finds the inner content of the action tags (serl.md §2.3).
+* :func:`action_char_spans` finds the inner content of the action tags (SERL's
+  ``_build_action_token_mask``, ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/ray_trainer.py``).
 * :func:`token_char_offsets` maps each *sampled* token id to its character range in the decoded
   text by incremental decoding of the true ids, and :func:`action_token_mask` marks the tokens
   overlapping an action span. The original re-tokenised the decoded text, which misaligns
-  whenever re-encoding does not reproduce the sampled ids (serl.md §10.5); we never re-tokenise.
+  whenever re-encoding does not reproduce the sampled ids; we never re-tokenise.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ _BRACKETED = re.compile(r"\[action>(.*?)</action>\]", _FLAGS)
 _BARE = re.compile(r"(?<![<\[/\w])action>(.*?)</action>", _FLAGS)
 # unclosed <action ...> to the end of the text
 _UNCLOSED = re.compile(r"<action\b[^>]*>(.*)\Z", _FLAGS)
-# WebShop-style actions anywhere (last resort; can match inside <think>, serl.md §10.6)
+# WebShop-style actions anywhere (last resort, as the original; can match inside <think>)
 _TOOL = re.compile(r"(?:search|click)\[[^\]]*\]", re.IGNORECASE)
 
 
 def project_action(text: str, fallback_chars: int = 30) -> tuple[str, bool]:
-    """Extract the env action and its format validity from a response (environments.md §3).
+    """Extract the env action and its format validity from a response (verl-agent's projection
+    functions, ``langfengQ/verl-agent@574dd5b:agent_system/environments/env_package/*/projection.py``).
 
     Args:
         text: the decoded response (special tokens skipped).
@@ -70,7 +73,7 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def action_char_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans ``[start, end)`` of the action content (serl.md §2.3).
+    """Character spans ``[start, end)`` of the action content (as SERL's action mask, arXiv 2605.19447).
 
     Union of the inner content of ``<action …>X</action>``, ``[action>X</action>]`` and bare
     ``action>X</action>``; if none, an unclosed ``<action…>`` to the end of the text; if still

@@ -5,7 +5,8 @@ Every estimator has the signature::
     fn(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor  # [rows]
 
 and returns one advantage per step row; the trainer broadcasts it over the row's response
-tokens (gigpo_grpo.md §2, "Broadcast"). Estimators are pure functions of tensors and integer
+tokens, as verl-agent's ``compute_grpo_outcome_advantage`` does
+(``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``). Estimators are pure functions of tensors and integer
 index arrays, so they are tested on hand-computed cases.
 """
 
@@ -45,7 +46,8 @@ class AdvantageInput:
 
     Attributes:
         scores: scalar score of each row: the episode reward (+ shaping such as SPEAR's tool-call
-            bonus) minus the invalid-action penalty of that row (gigpo_grpo.md §1, §4).
+            bonus) minus the invalid-action penalty of that row (verl-agent's episode reward manager and
+            ``apply_invalid_action_penalty``, ``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/ray_trainer.py``).
         group_index: integer id of the row's group (``uid``).
         traj_index: integer id of the row's trajectory (``traj_uid``).
         step_rewards: env reward of each row's own step, ``[rows]`` (GiGPO's discounted returns).
@@ -53,14 +55,14 @@ class AdvantageInput:
         anchor_index: integer id of the row's anchor-state group (GiGPO), or None.
         invalid: bool, row's action failed the format check.
         step_returns: optional precomputed discounted step return ``R_t`` of each row, ``[rows]``
-            float, built from the raw env rewards *before* any row was dropped (gigpo_grpo.md
-            §3.1: "computed right after rollout, before filters"; see
+            float, built from the raw env rewards *before* any row was dropped (verl-agent computes them
+            right after the rollout, before any filter; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``; see
             :func:`discounted_step_returns`). GiGPO uses it instead of recomputing from
-            ``step_rewards`` — required whenever the std filter (spear.md §6.4) dropped rows,
+            ``step_rewards`` — required whenever the group std filter (SPEAR's Dr.BoT, arXiv 2509.22601) dropped rows,
             since a dropped terminal step would otherwise erase its trajectory's returns.
         penalty: optional ``[rows]`` float >= 0: the invalid-action penalty that was already
             subtracted from ``scores`` (0 for valid rows; see :func:`invalid_action_penalty`).
-            GiGPO subtracts it from that row's ``R_t`` too (gigpo_grpo.md §4). None = no penalty
+            GiGPO subtracts it from that row's ``R_t`` too (``apply_invalid_action_penalty``). None = no penalty
             in ``R_t`` (pass it whenever ``actor.use_invalid_action_penalty`` is on).
         anchor_obs: optional list (length ``rows``) of the raw current observation of each row
             (``Step.observation``); GiGPO groups rows by it when ``anchor_index`` is None.
@@ -96,7 +98,7 @@ def group_mean_std(
 
     Returns:
         ``(mean, std)``, each ``[rows]`` float32. A group with a single value gets mean 0 and
-        std 1 (verl ``compute_grpo_outcome_advantage``, gigpo_grpo.md §2).
+        std 1 (verl-agent's ``compute_grpo_outcome_advantage``, ``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``).
 
     The statistics are computed in float64 and cast back: the float32 mean of ``n`` identical
     values can miss the value by ~1e-8, which ``/ (std + 1e-6)`` turns into an advantage of
@@ -123,7 +125,8 @@ def group_mean_std(
 
 @register_advantage("grpo")
 def grpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
-    """GRPO outcome advantage over step rows (gigpo_grpo.md §2, serl.md §2.1).
+    """GRPO outcome advantage over step rows (GRPO, arXiv 2402.03300; multi-turn form of
+    verl-agent's ``compute_grpo_outcome_advantage``, ``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``, which SERL, arXiv 2605.19447, uses unchanged).
 
     ``A_i = (R_i - mean_g) / (std_g + 1e-6)`` with ``norm_adv_by_std_in_grpo``, else
     ``A_i = R_i - mean_g`` (Dr.GRPO). Statistics pool every step row of the group
@@ -189,7 +192,8 @@ def _check_rows(data: AdvantageInput) -> int:
 
 
 def invalid_action_penalty(invalid: torch.Tensor, coef: float, enabled: bool = True) -> torch.Tensor:
-    """Per-row invalid-action penalty (gigpo_grpo.md §4; ``actor.invalid_action_penalty_coef``).
+    """Per-row invalid-action penalty (``actor.invalid_action_penalty_coef``; verl-agent's
+    ``apply_invalid_action_penalty``, ``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/ray_trainer.py``).
 
     Args:
         invalid: ``[rows]`` bool, the row's action failed the format check
@@ -209,15 +213,15 @@ def invalid_action_penalty(invalid: torch.Tensor, coef: float, enabled: bool = T
 
 
 # --------------------------------------------------------------------------------------------
-# Dr.GRPO, RLOO, REINFORCE++-baseline (gigpo_grpo.md §2 "Other estimators")
+# Dr.GRPO, RLOO, REINFORCE++-baseline (verl-agent's core_algos.py, same row structure)
 # --------------------------------------------------------------------------------------------
 
 
 @register_advantage("drgrpo")
 def drgrpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
-    """Dr.GRPO: ``A_i = R_i − mean_g`` whatever ``norm_adv_by_std_in_grpo`` says (gigpo_grpo.md
-    §2; equal to ``grpo`` with ``algorithm.norm_adv_by_std_in_grpo=False``, the Dr.BoT/SPEAR
-    setting of spear.md §6). Statistics pool as in :func:`grpo_advantage`; a single-value group
+    """Dr.GRPO: ``A_i = R_i − mean_g`` whatever ``norm_adv_by_std_in_grpo`` says (Dr.GRPO,
+    arXiv 2503.20783; equal to ``grpo`` with ``algorithm.norm_adv_by_std_in_grpo=False``, the
+    setting of SPEAR's Dr.BoT and SPEAR scripts, ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/examples/grpo_trainer/run_alfworld_drbot.sh``). Statistics pool as in :func:`grpo_advantage`; a single-value group
     has mean 0, so its rows get ``A = R``.
 
     Returns:
@@ -231,7 +235,7 @@ def drgrpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor
 
 @register_advantage("rloo")
 def rloo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
-    """RLOO, leave-one-out baseline (gigpo_grpo.md §2 "Other estimators").
+    """RLOO, leave-one-out baseline (verl-agent's ``compute_rloo_outcome_advantage``, ``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``).
 
     ``A_i = n/(n−1) · (R_i − mean_g)`` = ``R_i − mean of the other n−1 pooled values``, with
     ``n`` the number of values pooled for the group: every step row of the group with
@@ -258,7 +262,8 @@ def rloo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
 
 @register_advantage("reinforce_plus_plus_baseline")
 def reinforce_plus_plus_baseline_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
-    """REINFORCE++ with a group baseline, whitened over the batch (gigpo_grpo.md §2).
+    """REINFORCE++ with a group baseline, whitened over the batch (verl-agent's
+    ``compute_reinforce_plus_plus_baseline_outcome_advantage``, ``langfengQ/verl-agent@d0b9724:verl/trainer/ppo/core_algos.py``).
 
     ``x_i = R_i − mean_g`` (pooling as :func:`grpo_advantage`; a single-value group has
     mean 0), then token-level whitening over the whole batch as verl's ``masked_whiten``:
@@ -291,7 +296,7 @@ def reinforce_plus_plus_baseline_advantage(data: AdvantageInput, cfg: AlgorithmC
 
 
 # --------------------------------------------------------------------------------------------
-# GiGPO (gigpo_grpo.md §3)
+# GiGPO (arXiv 2505.10978; langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py)
 # --------------------------------------------------------------------------------------------
 
 GIGPO_MODES = ("mean_norm", "mean_std_norm")
@@ -305,11 +310,11 @@ def discounted_step_returns(
     step_index: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Per-step discounted return ``R_t = Σ_{k>=t} γ^{k−t} r_k`` inside each trajectory
-    (GiGPO paper Eq. 5, gigpo_grpo.md §3.1; ``algorithm.gamma``).
+    (GiGPO, arXiv 2505.10978 Eq. 5; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``; ``algorithm.gamma``).
 
     Args:
         step_rewards: ``[rows]`` float, the raw env reward of each row's own step (no SPEAR
-            tool-call bonus, no invalid-action penalty: those enter elsewhere, §3.1 / §4).
+            tool-call bonus, no invalid-action penalty: those enter elsewhere, as in verl-agent).
         traj_index: ``[rows]`` int, trajectory id of each row.
         gamma: discount γ in [0, 1].
         step_index: ``[rows]`` int, position of the row inside its trajectory; None = the rows
@@ -373,7 +378,8 @@ def anchor_groups(
     backend: str = "rapidfuzz",
 ) -> list[int]:
     """Anchor-state groups: cluster rows with the same observation inside each task group
-    (GiGPO Eqs. 4, 6, gigpo_grpo.md §3.3; the same clustering as SERL's anchor modes, serl.md §4).
+    (GiGPO, arXiv 2505.10978 Eqs. 4, 6; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``; the same clustering as SERL's
+    anchor modes, arXiv 2605.19447).
 
     Exact mode (``similarity_thresh`` None): rows of one group with equal observations share a
     cluster, whatever their trajectory or step index. Any hashable observation works (strings;
@@ -479,7 +485,7 @@ def _cluster_mean_std(values: torch.Tensor, cluster: torch.Tensor) -> tuple[torc
 def gigpo_step_returns(data: AdvantageInput, gamma: float) -> torch.Tensor:
     """``R_t`` used by GiGPO's step advantage: ``data.step_returns`` if given, else
     :func:`discounted_step_returns` of ``data.step_rewards``; minus ``data.penalty`` when given
-    (gigpo_grpo.md §3.1, §4). ``[rows]`` float32.
+    (as verl-agent's ``apply_invalid_action_penalty`` does to ``step_rewards``). ``[rows]`` float32.
 
     Raises:
         ValueError: neither ``step_returns`` nor ``step_rewards`` is given.
@@ -496,7 +502,7 @@ def gigpo_step_returns(data: AdvantageInput, gamma: float) -> torch.Tensor:
 
 
 def gigpo_anchor_index(data: AdvantageInput, gigpo_cfg: GiGPOConfig) -> torch.Tensor:
-    """The anchor-state group of every row (gigpo_grpo.md §3.3): ``data.anchor_index`` if given,
+    """The anchor-state group of every row (GiGPO, arXiv 2505.10978 Eq. 6): ``data.anchor_index`` if given,
     else :func:`anchor_groups` of ``data.anchor_obs`` inside each ``data.group_index`` — exact, or
     with ``gigpo_cfg.enable_similarity`` by ``similarity_thresh`` / ``similarity_backend``.
 
@@ -522,21 +528,21 @@ def gigpo_anchor_index(data: AdvantageInput, gigpo_cfg: GiGPOConfig) -> torch.Te
 
 @register_advantage("gigpo")
 def gigpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
-    """GiGPO: episode-level plus anchor-state step-level relative advantage (gigpo_grpo.md §3,
-    GiGPO paper Eqs. 3, 5–8).
+    """GiGPO: episode-level plus anchor-state step-level relative advantage (GiGPO,
+    arXiv 2505.10978 Eqs. 3, 5–8; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``).
 
-    1. Episode term (Eq. 3, §3.2): ``A^E = R − μ_g`` (``mean_norm``) or
+    1. Episode term (Eq. 3): ``A^E = R − μ_g`` (``mean_norm``) or
        ``(R − μ_g)/(σ_g + 1e-6)`` (``mean_std_norm``), with ``R = data.scores`` and the same
        pooling and single-value rule as :func:`grpo_advantage`
        (``algorithm.compute_mean_std_cross_steps``). ``algorithm.gigpo.mode`` decides the std,
        not ``norm_adv_by_std_in_grpo``.
-    2. Step returns (Eq. 5, §3.1, §4): :func:`gigpo_step_returns` with ``algorithm.gamma``.
-    3. Anchor groups (Eq. 6, §3.3): ``data.anchor_index`` if given, else
+    2. Step returns (Eq. 5, less the invalid-action penalty): :func:`gigpo_step_returns` with ``algorithm.gamma``.
+    3. Anchor groups (Eq. 6): ``data.anchor_index`` if given, else
        :func:`anchor_groups` of ``data.anchor_obs`` inside each ``group_index``, exact or, with
        ``algorithm.gigpo.enable_similarity``, by ``similarity_thresh`` / ``similarity_backend``.
-    4. Step term (Eq. 7, §3.4): within each anchor group ``A^S = R_t − μ_s`` or
+    4. Step term (Eq. 7): within each anchor group ``A^S = R_t − μ_s`` or
        ``(R_t − μ_s)/(σ_s + 1e-6)`` (same ``mode``; unbiased σ); a single-row group gets 0.
-    5. ``A = A^E + ω · A^S`` with ``ω = algorithm.gigpo.step_advantage_w`` (Eq. 8, §3.5).
+    5. ``A = A^E + ω · A^S`` with ``ω = algorithm.gigpo.step_advantage_w`` (Eq. 8).
 
     Args:
         data: ``scores``, ``group_index``, ``traj_index`` and ``step_returns`` or
@@ -571,8 +577,8 @@ def gigpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
 
 
 def anchor_group_sizes(anchor_index: Sequence[int]) -> list[int]:
-    """Size of every anchor group (one entry per group), for the GiGPO step-group metrics of
-    gigpo_grpo.md §3.7 (share of size-1 groups, mean size)."""
+    """Size of every anchor group (one entry per group), for the GiGPO step-group metrics
+    (share of size-1 groups, mean size; GiGPO, arXiv 2505.10978, appendix E)."""
     counts: dict[int, int] = {}
     for a in anchor_index:
         counts[int(a)] = counts.get(int(a), 0) + 1

@@ -1,4 +1,10 @@
-"""Dr.BoT response filters and the rollout group-std filter (spear.md §6.3, §6.4).
+"""Dr.BoT response filters and the rollout group-std filter (SPEAR, arXiv 2509.22601).
+
+The original computes the flags in its episode reward manager
+(``TencentYoutuResearch/SPEAR@7e84315:verl-agent/agent_system/reward_manager/episode.py``)
+and filters groups in the trainer's ``_filter_rollout``; the Dr.BoT scripts
+(``TencentYoutuResearch/SPEAR@7e84315:verl-agent/examples/grpo_trainer/run_alfworld_drbot.sh``)
+turn all of them on.
 
 The four response filters *mask* a step row (its whole ``response_mask`` becomes 0: it stays
 in the batch, counts in the group statistics, gets advantage 0 and contributes no loss); the
@@ -22,7 +28,7 @@ if TYPE_CHECKING:
 RESPONSE_FILTERS = ("overlong", "incomplete", "repetitive", "unreadable")
 ROLLOUT_FILTER_TYPES = ("std", "std_rev")
 
-#: Substrings marking a broken byte-level BPE decode (spear.md §6.3 "unreadable"): U+FFFD and
+#: Substrings marking a broken byte-level BPE decode (the "unreadable" flag): U+FFFD and
 #: the UTF-8-read-as-cp1252 mojibake of U+FFFD ("ï¿½") and of the full-width "？" ("ï¼Ÿ"), as
 #: listed by the original reward manager (its longer entries all contain one of these).
 UNREADABLE_MARKERS = ("\ufffd", "ï¿½", "ï¼\ufffd", "ï¼Ÿ", "ï¿½ï¿½", "Ġï¿½")
@@ -38,7 +44,7 @@ def largest_power_of_two_le(n: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Response flags (spear.md §6.3)
+# Response flags (the original's episode reward manager)
 # --------------------------------------------------------------------------------------------
 
 
@@ -51,7 +57,7 @@ def is_incomplete(text: Optional[str]) -> bool:
     """"Void turn": True when the response is empty / whitespace, or when the text after the
     last ``</think>`` (the whole text if there is none) has no ``<action>…</action>`` block.
     ``<think>`` is not required, and an empty ``<action></action>`` counts as a block
-    (spear.md §6.3, the original's ``is_think_action_valid``)."""
+    (the original's ``is_think_action_valid``)."""
     if text is None or not text.strip():
         return True
     cut = text.rfind("</think>")
@@ -61,7 +67,7 @@ def is_incomplete(text: Optional[str]) -> bool:
 
 def is_repetitive(token_ids: Sequence[int], n: int = 20, threshold: int = 10) -> bool:
     """True when some ``n``-gram of *token ids* occurs at least ``threshold`` times in the
-    response (spear.md §6.3: 20-grams, 10 times). Overlapping occurrences count."""
+    response (the original's defaults: 20-grams, 10 times). Overlapping occurrences count."""
     ids = [int(t) for t in token_ids]
     if len(ids) < n:
         return False
@@ -84,7 +90,7 @@ def response_flags(
     ngram: int = 20,
     ngram_threshold: int = 10,
 ) -> dict[str, torch.Tensor]:
-    """The four Dr.BoT quality flags of every step row (spear.md §6.3).
+    """The four Dr.BoT quality flags of every step row (overlong, incomplete, repetitive, unreadable).
 
     Args:
         response_ids: ``[rows]`` lists of the sampled response token ids (EOS included if
@@ -151,15 +157,15 @@ def apply_response_filters(
 
 
 # --------------------------------------------------------------------------------------------
-# Group std filter (spear.md §6.4)
+# Group std filter (the original's _filter_rollout)
 # --------------------------------------------------------------------------------------------
 
 
 def group_reward_stats(
     rewards: Sequence[float], uids: Sequence[Any], traj_uids: Sequence[Any]
 ) -> tuple[list[float], list[float]]:
-    """Per-group reward mean and population std over trajectories (spear.md §2 "Baseline
-    history", §6.4).
+    """Per-group reward mean and population std over trajectories, as SPEAR's replay
+    baseline history (``update_batch``) and its rollout std filter compute them.
 
     A trajectory's reward is the mean of its step rows' scalar rewards; a group's mean is the
     mean of those and its std their population std (``np.std``, ddof 0). Groups are listed in
@@ -199,7 +205,7 @@ def group_std_filter(
     generator: Optional[torch.Generator] = None,
     trim_to_power_of_two: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Rollout std filter (spear.md §6.4; ``rollout.rollout_filter_ratio`` / ``_type``).
+    """Rollout std filter (the original's ``_filter_rollout``; ``rollout.rollout_filter_ratio`` / ``_type``).
 
     1. Each group's std = :func:`group_reward_stats` of the rows' scalar scores (episode reward
        + tool-call bonus, *before* the invalid-action penalty, which the original applies later).

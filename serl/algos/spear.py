@@ -1,14 +1,17 @@
 """SPEAR: self-imitation replay buffer, advantage recalibration, schedules, tool-call reward.
 
-Paper: "Learn the Ropes, Then Trust the Wins" (arXiv 2509.22601). Spec: spear.md §0–§5, §8.
+Paper: "Learn the Ropes, Then Trust the Wins" (arXiv 2509.22601).
+Code: ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/`` (replay buffer and recalibration: verl/trainer/ppo/ray_trainer_hybrid.py; replay loss:
+verl/workers/actor/dp_actor.py; tool-call reward: agent_system/reward_manager/episode.py).
 Everything here is pure Python / torch on plain data, so the trainer owns when it is called
-(spear.md §0 gives the order) and checkpoints the buffer with :meth:`ReplayBuffer.state_dict`.
+(in the original's order: consume a full buffer before the actor update, refill it after)
+and checkpoints the buffer with :meth:`ReplayBuffer.state_dict`.
 
 Units: rewards and advantages are in env reward units (ALFWorld/WebShop: 10 for a win, plus
 the tool-call bonus in [0, 1], minus 0.1 per invalid action); steps are *global training
 steps* (iterations, the verl ``global_steps`` counter, 1-based in the original loop).
 
-Where the original's behaviour is a defect (spear.md §8), the choice made here is documented
+Where the original's behaviour looks like a defect, the choice made here is documented
 on the function that makes it.
 """
 
@@ -35,12 +38,13 @@ STALENESS_REFERENCES = ("newest_entry", "current_step")
 
 
 # --------------------------------------------------------------------------------------------
-# Schedules (spear.md §3, §5)
+# Schedules (replay coefficient γ_t, tool-call reward)
 # --------------------------------------------------------------------------------------------
 
 
 def toolcall_bonus(episode_length: int, global_step: int, mode: str, max_toolcall_steps: int) -> float:
-    """Intrinsic tool-call reward of one trajectory (spear.md §5; ``algorithm.use_toolcall_reward``).
+    """Intrinsic tool-call reward of one trajectory (``algorithm.use_toolcall_reward``;
+    ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/agent_system/reward_manager/episode.py``).
 
     ``bonus_raw = min(1, 0.1 · L)`` (each env interaction counts as one tool call; it
     saturates at 10 turns), then
@@ -84,7 +88,8 @@ def toolcall_bonus(episode_length: int, global_step: int, mode: str, max_toolcal
 
 
 def replay_coef(global_step: int, replay_loss_coef: float, max_replay_loss_steps: int) -> float:
-    """Cosine-warmed replay loss coefficient γ_t (spear.md §3).
+    """Cosine-warmed replay loss coefficient γ_t (SPEAR, arXiv 2509.22601;
+    ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/workers/actor/dp_actor.py``).
 
     ``γ_t = c · (1 − cos(π·t/T))/2`` for ``t <= T`` (rises from 0 to ``c``), ``c`` after;
     ``t`` = global step (not the number of replay updates), ``c`` =
@@ -97,7 +102,7 @@ def replay_coef(global_step: int, replay_loss_coef: float, max_replay_loss_steps
 
 
 # --------------------------------------------------------------------------------------------
-# Recalibration (spear.md §2)
+# Recalibration (ray_trainer_hybrid.py, weight_decay_trajectory_replay)
 # --------------------------------------------------------------------------------------------
 
 
@@ -116,7 +121,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 def recalibrate_advantages(
     rewards: torch.Tensor, baseline: float, std: float, norm_adv_by_std: bool
 ) -> torch.Tensor:
-    """Off-policy advantage of replayed samples against the P50 baseline (spear.md §2, mode A).
+    """Off-policy advantage of replayed samples against the P50 baseline
+    (``weight_decay_trajectory_replay`` <= 0; ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/ray_trainer_hybrid.py``).
 
     ``Ã = R − b``; with ``algorithm.norm_adv_by_std_in_grpo`` ``Ã = (R − b)/(s + 1e-6)``.
 
@@ -136,14 +142,15 @@ def recalibrate_advantages(
 
 
 # --------------------------------------------------------------------------------------------
-# The replay buffer (spear.md §1)
+# The replay buffer (TrajectoryBufferBatch in ray_trainer_hybrid.py)
 # --------------------------------------------------------------------------------------------
 
 
 @dataclass
 class ReplayRow:
-    """One step row as the trainer stored it for self-imitation replay (spear.md §1 "What is
-    stored"). Token tensors are 1-D and unpadded; the buffer keeps detached CPU copies.
+    """One step row as the trainer stored it for self-imitation replay (what SPEAR's
+    ``TrajectoryBufferBatch`` stores per sample, ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/ray_trainer_hybrid.py``).
+    Token tensors are 1-D and unpadded; the buffer keeps detached CPU copies.
 
     Attributes:
         prompt_ids: ``[prompt_len]`` long, the chat-templated prompt fed to the policy.
@@ -232,9 +239,10 @@ def _stored_copy(row: ReplayRow, step: int) -> ReplayRow:
 
 
 class ReplayBuffer:
-    """SPEAR's self-imitation buffer of positive-advantage step rows (spear.md §1, §2, §8).
+    """SPEAR's self-imitation buffer of positive-advantage step rows (``TrajectoryBufferBatch``,
+    ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/verl/trainer/ppo/ray_trainer_hybrid.py``).
 
-    Life cycle per training step (spear.md §0, steps 9 and 11)::
+    Life cycle per training step (as the original's ``fit``)::
 
         if buf.is_full():                                  # before the actor update
             replay_rows, m = buf.consume(generator)        # recalibrated, sampled, buffer emptied
@@ -249,7 +257,7 @@ class ReplayBuffer:
     - decay (``0 < w <= 1``): replay advantages are the stored ones × ``w``; the size counts
       every stored row.
 
-    Deliberate differences from the original (spear.md §8), each reproducing it by default:
+    Deliberate differences from the original, each reproducing it by default:
 
     - ``score_threshold`` (``trajectory_score_threshold``) is live: a row is admitted when its
       advantage is ``> score_threshold``. The original ignores the key and admits ``> 0``;
@@ -322,7 +330,7 @@ class ReplayBuffer:
 
     def baseline(self) -> Optional[tuple[float, float]]:
         """``(b, s)`` = P50 of all stored group means and of all stored group stds, or None
-        before any history (spear.md §2)."""
+        before any history."""
         means = [v for _, vals in self.reward_mean_history for v in vals]
         stds = [v for _, vals in self.reward_std_history for v in vals]
         if not means:
@@ -330,7 +338,7 @@ class ReplayBuffer:
         return percentile(means, 50), percentile(stds, 50)
 
     def size(self) -> int:
-        """The counted size of the "full" test (spear.md §1 "Size").
+        """The counted size of the "full" test (the original's ``is_full_capacity``).
 
         P50 mode: stored rows whose reward is ``> b`` (P50 of the history); before any history,
         rows above the mean reward of their own entry. Decay mode: every stored row.
@@ -348,13 +356,13 @@ class ReplayBuffer:
         return count
 
     def is_full(self) -> bool:
-        """True when :meth:`size` > 1.5 × ``buffer_size`` (spear.md §1)."""
+        """True when :meth:`size` > 1.5 × ``buffer_size`` (as the original)."""
         return self.size() > 1.5 * self.buffer_size
 
     # ---- updates ------------------------------------------------------------------------
 
     def remove_old(self, current_step: Optional[int] = None) -> int:
-        """Drop stale entries (spear.md §1 "Staleness"): keep entries whose step is within
+        """Drop stale entries (the original's ``remove_old``): keep entries whose step is within
         ``tolerate_steps`` of the reference step — the newest entry's step (original) or
         ``current_step`` (``staleness_reference="current_step"``).
 
@@ -374,7 +382,7 @@ class ReplayBuffer:
         return before - self.num_rows()
 
     def add_step(self, rows: Sequence[ReplayRow], global_step: int) -> dict[str, float]:
-        """Record one training step: baseline history, then admission (spear.md §1, §2).
+        """Record one training step: baseline history, then admission (the original's ``update_batch``).
 
         1. Group statistics of *all* given rows (:func:`group_reward_stats`) are appended to the
            FIFO history, after popping the oldest steps while more than
@@ -414,7 +422,7 @@ class ReplayBuffer:
         }
 
     def update(self, rows: Sequence[ReplayRow], global_step: int) -> dict[str, float]:
-        """:meth:`remove_old` then :meth:`add_step`: the after-update call of spear.md §0 step 11."""
+        """:meth:`remove_old` then :meth:`add_step`: the original's after-update calls."""
         dropped = self.remove_old(global_step)
         metrics = self.add_step(rows, global_step)
         metrics["replay/dropped_stale"] = float(dropped)
@@ -425,7 +433,8 @@ class ReplayBuffer:
         self.entries = []
 
     def consume(self, generator: Optional[torch.Generator] = None) -> tuple[list[ReplayRow], dict[str, float]]:
-        """Turn the whole buffer into one replay batch and empty it (spear.md §1 "Consumption").
+        """Turn the whole buffer into one replay batch and empty it (the original's consumption of a
+        full buffer, then ``reset_buffer``).
 
         1. All stored rows, oldest entry first.
         2. P50 mode: ``Ã`` = :func:`recalibrate_advantages` of the stored rewards against

@@ -9,7 +9,7 @@ fetches, among others:
   (only alfworld's own ``AlfredTWEnv`` and its handcoded expert need them).
 
 It also fetches ``json_2.1.1_pddl.zip`` (the older 2.1.1 PDDL files) and a Mask R-CNN checkpoint,
-which the text env does not use, so we skip them (alfworld.md §1-2).
+which the text env does not use, so we skip them.
 
 Both archives unpack into the same ``json_2.1.1/`` tree. Everything is downloaded to a temporary
 folder inside the destination and extracted there first; only when every archive has arrived and

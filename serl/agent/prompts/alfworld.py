@@ -1,4 +1,4 @@
-"""ALFWorld step prompt (environments.md §2), in our own words with the original's structure.
+"""ALFWorld step prompt (``langfengQ/verl-agent@574dd5b:agent_system/environments/prompts/alfworld.py``), in our own words with the original's structure.
 
 First step: role line, current observation (which contains "Your task is to: ..."), the
 admissible actions (single-quoted, joined by newline + space, ``help`` removed), and the
@@ -21,7 +21,7 @@ CONTRACT = (
 
 
 def format_admissible(actions: list[str]) -> str:
-    """Single-quote each action, drop ``help``, join by newline + space (environments.md §2)."""
+    """Single-quote each action, drop ``help``, join by newline + space (as the original)."""
     return "\n ".join(f"'{a}'" for a in actions if a != "help")
 
 

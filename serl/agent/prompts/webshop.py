@@ -1,4 +1,4 @@
-"""WebShop step prompt (environments.md §2), in our own words with the original's structure.
+"""WebShop step prompt (``langfengQ/verl-agent@574dd5b:agent_system/environments/prompts/webshop.py``), in our own words with the original's structure.
 
 Both variants open with the role line and the task ("Your task is to: <instruction>"). The
 first step (or ``history_length <= 0``) then gives the current observation; later steps add the
@@ -30,7 +30,7 @@ CONTRACT = (
 
 
 def format_admissible(actions: list[str]) -> str:
-    """One action per line, single-quoted and followed by a comma (environments.md §2)."""
+    """One action per line, single-quoted and followed by a comma (as the original)."""
     return "\n".join(f"'{a}'," for a in actions)
 
 

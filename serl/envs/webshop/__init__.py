@@ -2,8 +2,9 @@
 
 The 1k-product split, its 6910 synthetic goals in WebShop's seed-233 order (and its 13 human
 goals), WebShop's pages and text observations, its reward with all its quirks, and a Lucene-exact
-BM25 search, behind serl's :class:`~serl.envs.base.TextEnv` protocol. See
-``docs`` / the module docstrings; the research notes are ``shared/spec/webshop.md``.
+BM25 search, behind serl's :class:`~serl.envs.base.TextEnv` protocol. The original is
+``princeton-nlp/WebShop@64fa2a5:web_agent_site`` (WebShop, arXiv 2207.01206); each module's
+docstring says which file it mirrors and where it departs from it.
 
 Modules (one concept each):
 

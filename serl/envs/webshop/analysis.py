@@ -1,6 +1,7 @@
 """A Python twin of Anserini's ``DefaultEnglishAnalyzer`` (Lucene 9.5), for WebShop search.
 
-WebShop indexes and queries its products with Anserini (webshop.md §4). Its analyzer chain is
+WebShop indexes and queries its products with Anserini (``princeton-nlp/WebShop@64fa2a5:search_engine/``, via
+pyserini). Its analyzer chain is
 
 1. ``StandardTokenizer``: Unicode UAX#29 word segmentation; only segments holding a letter, a
    digit, a CJK/kana character or an emoji become tokens (punctuation and plain symbols are

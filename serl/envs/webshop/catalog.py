@@ -1,4 +1,5 @@
-"""WebShop's product catalogue: loading and processing the raw records (webshop.md §2.1).
+"""WebShop's product catalogue: loading and processing the raw records, as
+``load_products`` in ``princeton-nlp/WebShop@64fa2a5:web_agent_site/engine/engine.py``.
 
 :func:`load_catalog` turns WebShop's ``items_shuffle_1000.json`` (raw scraped records) and
 ``items_ins_v2_1000.json`` (attributes and synthetic instructions) into :class:`Product` records
@@ -16,7 +17,7 @@ exactly as WebShop's ``engine.load_products`` does:
 
 The *hidden* price the reward compares with the goal's budget is ``pricing[0]``, or for a
 price range a uniform draw in ``[a, b]``. WebShop draws it from the unseeded global ``random``
-when the environment is built (§7); we draw it per episode from ``(seed, goal index, asin)``
+when the environment is built; we draw it per episode from ``(seed, goal index, asin)``
 (:func:`hidden_price`) so every run, worker and group member sees the same prices.
 """
 
@@ -117,7 +118,7 @@ class Catalog:
     Attributes:
         products: in file order.
         by_asin: asin → product.
-        title_nouns: asin → NOUN/PROPN tokens of the title (type reward, webshop.md §3.1).
+        title_nouns: asin → NOUN/PROPN tokens of the title (type reward of ``get_reward``).
         colors: WebShop's ``COLOR_SET`` (``normalize_color``).
         data_dir: the folder the data came from.
     """
@@ -199,14 +200,14 @@ def load_catalog(data_dir: Path) -> Catalog:
         raise EnvError(
             f"the title-noun table {wsdata.NOUNS_FILE} lacks {len(missing)} asins of {data_dir} (e.g. {missing[:3]}); "
             "regenerate it with spaCy's en_core_web_sm (NOUN/PROPN tokens of each title, lower-cased, duplicates "
-            "kept; webshop.md §3.1)"
+            "kept)"
         )
     return Catalog(products=products, by_asin={p.asin: p for p in products}, title_nouns=nouns, colors=colors,
                    data_dir=data_dir)
 
 
 def hidden_price(product: Product, seed: int, goal_idx: int | str) -> float:
-    """The price the reward compares with ``price_upper`` (webshop.md §2.1, seeded here).
+    """The price the reward compares with ``price_upper`` (WebShop's ``product_prices``, seeded here).
 
     ``pricing[0]`` for a single price; for a range ``[a, b]`` a uniform draw seeded by
     ``("serl-webshop/price", seed, goal_idx, asin)`` (Python's ``random.Random`` with a string

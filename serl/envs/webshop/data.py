@@ -37,12 +37,12 @@ PRODUCTS_FILE = "items_shuffle_1000.json"
 ATTRIBUTES_FILE = "items_ins_v2_1000.json"
 #: asin -> [human instruction records]; the subset of ``items_human_ins.json`` for the 1k split
 HUMAN_FILE = "items_human_ins_1k.json"
-#: asin -> spaCy NOUN/PROPN tokens of the title (webshop.md §3.1; no spaCy at run time)
+#: asin -> spaCy NOUN/PROPN tokens of the title (the type reward's title nouns; no spaCy at run time)
 NOUNS_FILE = "title_nouns_en_core_web_sm_3.8.0.json"
-#: WebShop's ``COLOR_SET`` (normalize.py), used by ``normalize_color`` (webshop.md §3.3)
+#: WebShop's ``COLOR_SET`` (normalize.py), used by ``normalize_color``
 COLORS_FILE = "color_set.json"
 
-#: sha256 of the *uncompressed* bytes of the shipped files (shared/data/webshop/SOURCE.md).
+#: sha256 of the *uncompressed* bytes of the shipped files (serl/data/webshop/SOURCE.md).
 #: A file whose digest differs is reported as corrupt. Files from a user folder are checked
 #: only when their name is one of these and ``verify=True``.
 SHA256 = {

@@ -1,4 +1,5 @@
-"""WebShop goals: generation, the seed-233 order, splits and the seeded price clause (webshop.md §2.2).
+"""WebShop goals: generation, the seed-233 order, splits and the seeded price clause
+(``get_goals`` in ``princeton-nlp/WebShop@64fa2a5:web_agent_site/engine/goal.py``).
 
 **Synthetic goals** (``human_goals=False``, what verl-agent / GiGPO train and test on): products
 are taken in file order; a product with a synthetic ``instruction`` gives one goal per
@@ -23,7 +24,7 @@ target's hidden price, two are sampled and the larger is ``price_upper``, with
 ``price_text = ", and price lower than {price_upper:.2f} dollars"``; with fewer than two such
 entries (a product of $980 or more) ``price_upper = 1e6`` and no clause. WebShop samples this
 from the unseeded global ``random`` once per product at start-up, so the instruction text
-changes between runs (webshop.md §7). We draw it per goal from ``(seed, goal index)``
+changes between runs. We draw it per goal from ``(seed, goal index)``
 (:func:`price_clause`): deterministic, identical for all members of a group, and independent
 of which worker runs the episode.
 """

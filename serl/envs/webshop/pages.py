@@ -1,4 +1,5 @@
-"""WebShop's web site as a state machine with text rendering (webshop.md §2.3–§2.4).
+"""WebShop's web site as a state machine with text rendering (``princeton-nlp/WebShop@64fa2a5:web_agent_site/envs/web_agent_text_env.py``
+and its ``templates/``).
 
 WebShop renders Jinja/HTML pages and turns them into text with BeautifulSoup (``text``
 observation mode). We keep the same pages, transitions and *exact* text without HTML: each page
@@ -38,7 +39,7 @@ last group holding that value wins); ``< prev`` on an item page returns to its r
 (clearing the options), on a sub-page to the item page (keeping them); ``buy now`` ends the
 episode. Anything else is a no-op that changes nothing (the env reports it).
 
-Deviations from WebShop, each fixing a defect (webshop.md §7):
+Deviations from WebShop, each fixing a defect:
 
 * a results list is computed once per search and reused when paging (WebShop re-runs the
   search on every page turn, so ``search[<r> ...]`` showed a different random sample per page);
@@ -224,7 +225,7 @@ class Site:
             button("Buy Now")
             for name, values in self._product().options.items():
                 for v in values:
-                    out[v] = Clickable("option", name)  # the later group wins (webshop.md §2.3)
+                    out[v] = Clickable("option", name)  # the later group wins (as WebShop)
         elif st.page in SUB_PAGES:
             button("Back to Search")
             button("< Prev")

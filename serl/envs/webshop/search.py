@@ -1,7 +1,7 @@
 """WebShop's search engine: Lucene/Anserini BM25 over the product documents, in numpy.
 
 WebShop answers ``search[q]`` with Anserini's ``LuceneSearcher.search(q, k=50)`` over an index of
-one document per product (webshop.md §4). This module reproduces that ranking without Java:
+one document per product (``princeton-nlp/WebShop@64fa2a5:search_engine/``). This module reproduces that ranking without Java:
 
 * **Documents.** ``contents = lower(Title + ' ' + Description + ' ' + BulletPoints[0] + ' ' +
   option_text)`` (:func:`serl.envs.webshop.catalog.search_contents`), analysed by
@@ -21,7 +21,7 @@ one document per product (webshop.md §4). This module reproduces that ranking w
   first ``k`` (WebShop: 50) returned.
 
 ``bm25s`` (``method="lucene"``) was measured at 0.991 top-10 overlap and only 62 % identical
-top-10 order against Anserini on this corpus (webshop.md §4): it scores with exact document
+top-10 order against Anserini on this corpus: it scores with exact document
 lengths, and its public API offers no way to use Lucene's quantised norms. The ~40 lines of numpy
 below score exactly as Lucene does; the analysis rests on ``regex`` (UAX#29) and ``nltk``
 (Porter).
