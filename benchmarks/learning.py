@@ -184,6 +184,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--panel-per-type", type=int, default=4)
     p.add_argument("--splits", nargs="+", default=["valid_seen", "valid_unseen"])
     p.add_argument("--eval-seed", type=int, default=1000)
+    p.add_argument("--report-md", help="where LEARNING.md goes (default: in --workdir)")
+    p.add_argument("--report-png", help="where the plot goes (default: learning.png in --workdir)")
     p.add_argument("--override", nargs="*", default=[], help="key=value for every serl command")
     p.add_argument("--sft-override", nargs="*", default=[], help="key=value for serl sft only")
     p.add_argument("--train-override", nargs="*", default=[], help="key=value for serl train only")

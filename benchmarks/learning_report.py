@@ -2,8 +2,9 @@
 
 Reads ``<workdir>/eval/<policy>/it<NNN>_<split>/{metrics.json,trajectories.jsonl}`` (panel
 evaluations), ``<workdir>/rl/<algo>_s<seed>/metrics.jsonl`` (training metrics) and
-``<workdir>/phases.json`` (wall time per phase); writes ``<workdir>/LEARNING.md`` and
-``<workdir>/learning.png``. ``python benchmarks/learning_report.py --workdir DIR`` rewrites them
+``<workdir>/phases.json`` (wall time per phase), and ``<workdir>/NOTES.md`` (the findings, written
+by hand, shown at the top) if it exists; writes ``LEARNING.md`` and ``learning.png``
+into the workdir, or where ``--report-md`` / ``--report-png`` say. ``python benchmarks/learning_report.py --workdir DIR`` rewrites them
 from whatever runs have finished so far.
 """
 
@@ -144,7 +145,10 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
 
     evals, train = load_evals(workdir), train_metrics(workdir)
     curve = curves(evals, args.algos, args.seeds, args.splits)
-    plot(curve, workdir / "learning.png")
+    out = Path(args.report_md).resolve() if args.report_md else workdir / "LEARNING.md"
+    png = Path(args.report_png).resolve() if args.report_png else workdir / "learning.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    plot(curve, png)
     last_it = max([it for c in curve.values() for it in c] or [0])
     panel = panel_ids(workdir)
     md = [
@@ -155,19 +159,19 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
         f"Settings: recipe `{args.recipe}`, {args.expert_tasks} expert games, SFT LoRA r={args.lora_r}, "
         f"algorithms {args.algos}, seeds {args.seeds}, {args.iterations} iterations evaluated every "
         f"{args.eval_every}, panel {args.panel_per_type} tasks per type on {args.splits}, eval seed {args.eval_seed}.", "",
+        *(["## Findings", "", (workdir / "NOTES.md").read_text().strip(), ""] if (workdir / "NOTES.md").exists() else []),
         "## Wall time per phase", "", "| phase | minutes |", "|---|---|",
         *[f"| {k} | {v / 60:.1f} |" for k, v in phases.items()], "",
         "## Panel success and valid-action ratio (mean ± std over seeds)", "",
         *final_table(evals, args.algos, args.seeds, args.splits, last_it), "",
-        "![panel success vs iteration](learning.png)", "",
+        f"![panel success vs iteration]({os.path.relpath(png, out.parent)})", "",
         "## Learning signal per iteration", "", *signal_table(train, args.algos, args.seeds), "",
         "## Panel", "", *[f"- {s}: " + ", ".join(f"`{i}`" for i in ids) for s, ids in panel.items()], "",
     ]
-    out = workdir / "LEARNING.md"
     tmp = out.with_suffix(".tmp")
     tmp.write_text("\n".join(md))
     os.replace(tmp, out)
-    print(f"learning: wrote {out} and {workdir / 'learning.png'}")
+    print(f"learning: wrote {out} and {png}")
     return out
 
 
