@@ -109,15 +109,17 @@ def plot(curve: dict[str, dict[int, list[float]]], path: Path) -> None:
 
 
 def final_table(evals, algos, seeds, splits, last_it) -> list[str]:
-    lines = ["| policy | split | success | valid-action ratio |", "|---|---|---|---|"]
+    lines = ["| policy | split | success | valid-action ratio | admissible-action ratio |", "|---|---|---|---|---|"]
     for split in splits:
         if ("sft", 0, split) in evals:
             m = evals[("sft", 0, split)]
-            lines.append(f"| SFT start | {split} | {m['success_rate']:.3f} | {m.get('valid_action_ratio', float('nan')):.3f} |")
+            lines.append(f"| SFT start | {split} | {m['success_rate']:.3f} | {m.get('valid_action_ratio', float('nan')):.3f} | "
+                         f"{m.get('admissible_action_ratio', float('nan')):.3f} |")
         for algo in algos:
             ms = [evals[(f"{algo}_s{s}", last_it, split)] for s in seeds if (f"{algo}_s{s}", last_it, split) in evals]
             lines.append(f"| {algo}, iteration {last_it} | {split} | {mean_std([m['success_rate'] for m in ms])} | "
-                         f"{mean_std([m.get('valid_action_ratio', float('nan')) for m in ms])} |")
+                         f"{mean_std([m.get('valid_action_ratio', float('nan')) for m in ms])} | "
+                         f"{mean_std([m.get('admissible_action_ratio', float('nan')) for m in ms])} |")
     return lines
 
 

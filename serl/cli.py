@@ -110,7 +110,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     m = res["metrics"]
     mode = "greedy" if args.greedy else f"sampled T={cfg.rollout.val_temperature}, seed={args.seed}"
     print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks, {mode}, model {source}")
-    print(f"  success rate: {m['success_rate']:.3f}   valid-action ratio: {m['valid_action_ratio']:.3f}")
+    print(f"  success rate: {m['success_rate']:.3f}   valid-action ratio: {m['valid_action_ratio']:.3f}   "
+          f"admissible-action ratio: {m['admissible_action_ratio']:.3f}")
     for k, v in m.items():
         if k.endswith("_success_rate") and k != "success_rate":
             print(f"  {k[: -len('_success_rate')]:<36} {v:.3f}")

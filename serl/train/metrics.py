@@ -106,6 +106,8 @@ def rollout_metrics(groups: list[Group], prefix: str = "episode") -> dict[str, f
         f"{prefix}/length/max": max(lengths),
         f"{prefix}/length/min": min(lengths),
         f"{prefix}/valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps)),
+        # the action is one the env listed as admissible (ALFWorld; WebShop lists clickables)
+        f"{prefix}/admissible_action_ratio": sum(s.action in s.admissible_actions for s in steps) / max(1, len(steps)),
         f"{prefix}/num_trajectories": len(trajs),
         f"{prefix}/num_step_rows": len(steps),
         "response_length/mean": sum(len(s.response_ids) for s in steps) / max(1, len(steps)),

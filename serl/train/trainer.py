@@ -847,7 +847,8 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
         pool.close()
     steps = [s for t in trajs for s in t.steps]
     metrics = {"success_rate": sum(t.won for t in trajs) / max(1, len(trajs)), "num_tasks": len(trajs),
-               "valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps))}
+               "valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps)),
+               "admissible_action_ratio": sum(s.action in s.admissible_actions for s in steps) / max(1, len(steps))}
     metrics.update({f"{k}_success_rate": v for k, v in success_by_type(trajs).items()})
     metrics.update(get_env_class(cfg.env.name).episode_metrics(trajs))
     return {"metrics": metrics, "trajectories": trajs}
