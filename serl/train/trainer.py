@@ -49,12 +49,12 @@ from serl.algos.advantages import (anchor_group_sizes, discounted_step_returns, 
 from serl.algos.filters import apply_response_filters, enabled_filters, group_std_filter, response_flags
 from serl.algos.losses import agg_loss, get_policy_loss_fn, kl_loss, replay_loss_config
 from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync
-from serl.hindsight.builder import SerlContextBuilder
 from serl.algos.spear import ReplayBuffer, ReplayRow, replay_coef, toolcall_bonus
 from serl.config import Config, config_from_yaml, to_yaml
 from serl.errors import ConfigError
 from serl.envs.base import Task, get_env_class
 from serl.envs.base import list_tasks as env_list_tasks
+from serl.hindsight.builder import SerlContextBuilder
 from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pick_dtype,
                                  resolve_model_path)
 from serl.models.teacher import Teacher, teacher_prompt_ids
