@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import shlex
-import statistics
 import subprocess
 import sys
 import time

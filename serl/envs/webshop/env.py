@@ -31,7 +31,6 @@ import os
 import random
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
