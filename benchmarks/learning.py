@@ -128,25 +128,28 @@ class Experiment:
         return len(cfg.env.task_types) or 6
 
     def rl(self, model: Path) -> None:
+        """Seed by seed, chunk by chunk, the algorithms side by side, so that an interrupted
+        experiment has comparable GRPO and SERL points for every finished (seed, chunk)."""
         self.evaluate("sft", 0, [*self.common(), f"model.path={model}"])
-        for algo in self.a.algos:
-            for seed in self.a.seeds:
-                self.rl_run(algo, seed, model)
+        for seed in self.a.seeds:
+            for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every):
+                for algo in self.a.algos:
+                    self.rl_chunk(algo, seed, target, model)
 
-    def rl_run(self, algo: str, seed: int, model: Path) -> None:
+    def rl_chunk(self, algo: str, seed: int, target: int, model: Path) -> None:
+        """Train ``<algo>_s<seed>`` up to iteration ``target`` (resuming it), then evaluate it."""
         name = f"{algo}_s{seed}"
         run = self.w / "rl" / name
-        for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every):
-            if not (self.w / "eval" / name / f"it{target:03d}_{self.a.splits[-1]}" / "metrics.json").exists():
-                steps = f"trainer.total_training_steps={target}"
-                if (run / "checkpoints").exists():
-                    self.timed(f"rl/{algo}", lambda: self.serl("train", "--resume", str(run), steps))
-                else:
-                    self.timed(f"rl/{algo}", lambda: self.serl(
-                        "train", *self.common(), *ALGOS[algo], f"model.path={model}", f"seed={seed}",
-                        f"trainer.output_dir={self.w / 'rl'}", f"trainer.run_name={name}", steps,
-                        "trainer.max_checkpoints_to_keep=1", *self.a.train_override))
-            self.evaluate(name, target, ["--run", str(run)])
+        if not (self.w / "eval" / name / f"it{target:03d}_{self.a.splits[-1]}" / "metrics.json").exists():
+            steps = f"trainer.total_training_steps={target}"
+            if (run / "checkpoints").exists():
+                self.timed(f"rl/{algo}", lambda: self.serl("train", "--resume", str(run), steps))
+            else:
+                self.timed(f"rl/{algo}", lambda: self.serl(
+                    "train", *self.common(), *ALGOS[algo], f"model.path={model}", f"seed={seed}",
+                    f"trainer.output_dir={self.w / 'rl'}", f"trainer.run_name={name}", steps,
+                    "trainer.max_checkpoints_to_keep=1", *self.a.train_override))
+        self.evaluate(name, target, ["--run", str(run)])
 
     def run(self) -> None:
         from tqdm.auto import tqdm

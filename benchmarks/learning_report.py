@@ -117,6 +117,9 @@ def final_table(evals, algos, seeds, splits, last_it) -> list[str]:
                          f"{m.get('admissible_action_ratio', float('nan')):.3f} |")
         for algo in algos:
             ms = [evals[(f"{algo}_s{s}", last_it, split)] for s in seeds if (f"{algo}_s{s}", last_it, split) in evals]
+            if not ms:
+                lines.append(f"| {algo} | {split} | not evaluated yet | | |")
+                continue
             lines.append(f"| {algo}, iteration {last_it} | {split} | {mean_std([m['success_rate'] for m in ms])} | "
                          f"{mean_std([m.get('valid_action_ratio', float('nan')) for m in ms])} | "
                          f"{mean_std([m.get('admissible_action_ratio', float('nan')) for m in ms])} |")
