@@ -26,9 +26,12 @@ parameters). The reference-KL estimators are :func:`kl_penalty` / :func:`kl_loss
 from __future__ import annotations
 
 import copy
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from serl.config import ActorConfig
 
 POLICY_LOSS_REGISTRY: dict[str, Callable] = {}
 
@@ -206,7 +209,7 @@ def _clip_eps(config) -> tuple[float, float]:
 REPLAY_FALLBACKS = {"clip_cov_ratio": 0.002, "clip_cov_lb": 1.0, "clip_cov_ub": 40.0, "kl_cov_ratio": 0.8}
 
 
-def replay_loss_config(cfg):
+def replay_loss_config(cfg: "ActorConfig") -> "ActorConfig":
     """The ``actor`` config a SPEAR *replay* mini-batch's loss uses (arXiv 2509.22601).
 
     A shallow copy of ``cfg`` in which ``clip_cov_ratio``, ``clip_cov_lb``, ``clip_cov_ub`` and
@@ -217,7 +220,7 @@ def replay_loss_config(cfg):
     """
     out = copy.copy(cfg)
     for key, fallback in REPLAY_FALLBACKS.items():
-        v = getattr(cfg, f"{key}_replay", None)
+        v = getattr(cfg, f"{key}_replay")  # actor.<key>_replay
         setattr(out, key, fallback if v is None else v)
     return out
 
