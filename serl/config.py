@@ -626,7 +626,7 @@ class SFTConfig:
     log_freq: int = 1
     #: held-out loss every this many optimizer steps (and at the end); 0 = only at the end
     eval_freq: int = 0
-    #: also write the LoRA adapter alone to ``<run>/adapter`` (a few MB)
+    #: also write the LoRA adapter alone to ``<run>/adapter`` (float32; 9.8 MB for SmolLM2-135M at r=8)
     save_adapter: bool = True
 
     def validate(self) -> None:

@@ -36,7 +36,7 @@ continues bit-identically (the row order is a pure function of ``sft.seed`` and 
 Output: ``<run>/model/`` is a complete Hugging Face model folder (config, safetensors in float32,
 tokenizer, chat template), with LoRA **merged into the base weights**, so ``serl train
 model.path=<run>/model`` and ``serl eval model.path=<run>/model`` load it like any model. With LoRA,
-``<run>/adapter/`` also holds the adapter alone (PEFT format, a few MB) unless
+``<run>/adapter/`` also holds the adapter alone (PEFT format, float32; 9.8 MB for SmolLM2-135M at r=8) unless
 ``sft.save_adapter=false``.
 """
 
