@@ -65,6 +65,27 @@ def _sha256(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def _build_folder_once(dest: Path, write) -> Path:
+    """Return ``dest``, first building it if it has no ``config.json``: ``write(tmp)`` fills a
+    temp folder beside it, which is then renamed, so an interrupted build leaves no half-written
+    model (and a concurrent build by another process wins cleanly)."""
+    if (dest / "config.json").exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
+    try:
+        write(tmp)
+        try:
+            os.replace(tmp, dest)
+        except OSError:  # another process finished first
+            if not (dest / "config.json").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 def convert_gguf(gguf: Path, name: str) -> Path:
     """Dequantise a GGUF once into ``<cache>/models/<name>-<sha12>/`` (safetensors + tokenizer).
 
@@ -73,13 +94,8 @@ def convert_gguf(gguf: Path, name: str) -> Path:
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dest = cache_dir() / "models" / f"{name}-{_sha256(gguf)[:12]}"
-    if (dest / "config.json").exists():
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    log.info("converting %s to %s (once)", gguf, dest)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
-    try:
+    def write(tmp: Path) -> None:
+        log.info("converting %s (once)", gguf)
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         # The weights are already dequantised to float; drop the GGUF quantizer markers so
@@ -90,15 +106,8 @@ def convert_gguf(gguf: Path, name: str) -> Path:
         model.is_quantized = False
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        try:
-            os.replace(tmp, dest)
-        except OSError:  # another process finished first
-            if not (dest / "config.json").exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    return _build_folder_once(cache_dir() / "models" / f"{name}-{_sha256(gguf)[:12]}", write)
 
 
 #: model aliases that are a base alias with a shipped adapter merged in: alias -> (base, adapter)
@@ -120,25 +129,15 @@ def merge_adapter_once(base: str, adapter: str, name: str) -> Path:
     import torch
 
     folder = Path(resolve_adapter_path(adapter))
-    dest = cache_dir() / "models" / f"{name}-{_sha256(folder / 'adapter_model.safetensors')[:12]}"
-    if (dest / "config.json").exists():
-        return dest
-    base_path = resolve_model_path(base)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    log.info("merging %s into %s as %s (once)", folder, base_path, dest)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
-    try:
+
+    def write(tmp: Path) -> None:
+        base_path = resolve_model_path(base)
+        log.info("merging %s into %s (once)", folder, base_path)
         load_causal_lm(base_path, torch.float32, "cpu", adapter=str(folder)).save_pretrained(tmp)
         load_tokenizer(base_path).save_pretrained(tmp)
-        try:
-            os.replace(tmp, dest)
-        except OSError:  # another process finished first
-            if not (dest / "config.json").exists():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    sha = _sha256(folder / "adapter_model.safetensors")[:12]
+    return _build_folder_once(cache_dir() / "models" / f"{name}-{sha}", write)
 
 
 def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
