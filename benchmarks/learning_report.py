@@ -64,7 +64,7 @@ def curves(evals, algos, seeds, splits) -> dict[str, dict[int, list[float]]]:
     out: dict[str, dict[int, list[float]]] = {}
     sft = [evals[("sft", 0, s)]["success_rate"] for s in splits if ("sft", 0, s) in evals]
     for algo in algos:
-        c: dict[int, list[float]] = {0: [statistics.mean(sft)] * len(seeds)} if sft else {}
+        c: dict[int, list[float]] = {0: [statistics.mean(sft)]} if sft else {}  # one shared start
         its = sorted({it for (p, it, _s) in evals if p.startswith(f"{algo}_s")})
         for it in its:
             vals = []
@@ -93,7 +93,8 @@ def plot(curve: dict[str, dict[int, list[float]]], path: Path) -> None:
             continue
         mu = [statistics.mean(c[i]) for i in its]
         sd = [statistics.stdev(c[i]) if len(c[i]) > 1 else 0.0 for i in its]
-        ax.plot(its, mu, marker="o", label=f"{algo} (n={max(len(c[i]) for i in its)} seeds)")
+        n = max([len(c[i]) for i in its if i > 0], default=0)
+        ax.plot(its, mu, marker="o", label=f"{algo} ({n} seed{'s' if n != 1 else ''})")
         ax.fill_between(its, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)], alpha=0.2)
     ax.set_xlabel("RL iteration (0 = SFT start)")
     ax.set_ylabel("panel success rate")
