@@ -858,11 +858,17 @@ def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> Config
     """The config saved in ``<run_dir>/config.yaml`` with optional dotted overrides."""
     from omegaconf import OmegaConf
 
+    import yaml
+    from omegaconf.errors import OmegaConfBaseException
+
     p = Path(run_dir) / "config.yaml"
     if not p.exists():
         raise FileNotFoundError(f"{p} not found: is {run_dir} a serl run folder?")
     text = p.read_text()
     if overrides:
-        merged = OmegaConf.merge(OmegaConf.create(text), OmegaConf.from_dotlist(list(overrides)))
+        try:
+            merged = OmegaConf.merge(OmegaConf.create(text), OmegaConf.from_dotlist(list(overrides)))
+        except (yaml.YAMLError, OmegaConfBaseException) as e:
+            raise ConfigError(f"{p} with overrides {list(overrides)}: {str(e).splitlines()[0]}") from None
         text = OmegaConf.to_yaml(merged)
-    return config_from_yaml(text)
+    return config_from_yaml(text, source=str(p))
