@@ -57,7 +57,8 @@ def main(argv: list[str]) -> dict:
         else:
             overrides.append(a)
     cfg = load_config(recipe, overrides + ["trainer.logger=[]", "trainer.progress=false",
-                                            "trainer.output_dir=/tmp/serl-bench", "trainer.run_name=bench"])
+                                            "trainer.output_dir=/tmp/serl-bench", "trainer.run_name=bench",
+                                            "trainer.overwrite=true"])
     tr = Trainer(cfg)
     try:
         pool = make_pool(cfg, tr.num_envs)

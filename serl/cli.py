@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from serl.config import DEFAULT_RECIPE, load_config
     from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
     from serl.rollout.engine import HFEngine
-    from serl.train.checkpoint import latest_checkpoint
+    from serl.train.checkpoint import load_newest_intact, load_policy_weights
     from serl.train.trainer import evaluate_policy, load_run_config
     from serl.trajectory import write_jsonl
     from serl.utils import atomic_write_text, configure_cpu_threads
@@ -97,11 +98,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     model = load_causal_lm(path, pick_dtype(cfg.model.dtype, device), device, cfg.model.trust_remote_code,
                            cfg.model.adapter)
     source = path
-    if args.run:
-        from safetensors.torch import load_file
-
-        ck = latest_checkpoint(Path(args.run))
-        model.load_state_dict(load_file(str(ck / "policy.safetensors")), strict=False)
+    if args.run:  # the newest checkpoint whose policy loads; a damaged newer one is reported
+        ck, _ = load_newest_intact(Path(args.run), lambda f: load_policy_weights(f, model))
         source = str(ck)
     split = args.split or cfg.env.eval_split
     n = args.num_tasks if args.num_tasks is not None else cfg.env.eval_num_tasks
@@ -291,20 +289,40 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers and ``kill`` send), raised in the main thread like Ctrl-C so the
+    same clean-up runs: env workers stopped, an unfinished checkpoint save removed."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    # one clean-up: a second SIGTERM while it runs is ignored (SIGKILL still works)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``serl`` command. Exit codes: 0 ok; 2 a :class:`~serl.errors.SerlError` (bad config,
+    recipe, run folder, checkpoint, data ...), printed as one line; 130 Ctrl-C; 143 SIGTERM."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from serl.errors import SerlError
 
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.fn(args)
     except (SerlError, FileNotFoundError) as e:
         print(f"serl: error: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("serl: terminated (SIGTERM); env workers stopped, the last checkpoint is intact "
+              "(resume with --resume RUN_DIR)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("serl: interrupted; the last checkpoint is intact (resume with --resume RUN_DIR)", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

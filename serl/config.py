@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Optional
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -158,6 +159,7 @@ class EnvConfig:
         _check(self.worker_timeout > 0, "env.worker_timeout", "must be > 0 seconds")
         _check(all(isinstance(t, str) and t for t in self.task_types), "env.task_types",
                f"must be a list of task-type names, got {self.task_types!r}")
+        _check(self.eval_num_tasks >= -1, "env.eval_num_tasks", f"must be >= 0 or -1 (= all), got {self.eval_num_tasks}")
 
 
 @dataclass
@@ -201,7 +203,13 @@ class RolloutConfig:
         """Raises :class:`ConfigError` naming ``rollout.<key>``."""
         _check(self.engine in ROLLOUT_ENGINES, "rollout.engine",
                f"unknown engine {self.engine!r}; only 'hf' (transformers generate) exists so far")
-        _check(self.temperature > 0, "rollout.temperature", "must be > 0")
+        _check(math.isfinite(self.temperature) and self.temperature > 0, "rollout.temperature",
+               f"must be finite and > 0, got {self.temperature}")
+        _check(not self.val_do_sample or (math.isfinite(self.val_temperature) and self.val_temperature > 0),
+               "rollout.val_temperature", f"must be finite and > 0 when sampling (rollout.val_do_sample=true; "
+               f"false = greedy), got {self.val_temperature}")
+        _check(0.0 < self.top_p <= 1.0, "rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+        _check(self.top_k >= -1, "rollout.top_k", f"must be >= 1, or -1 / 0 (= off), got {self.top_k}")
         _check(self.micro_batch_size >= 1, "rollout.micro_batch_size", "must be >= 1")
         _check(0.0 < self.rollout_filter_ratio <= 1.0, "rollout.rollout_filter_ratio", "must be in (0, 1]")
         _check(self.rollout_filter_type in ROLLOUT_FILTER_TYPES, "rollout.rollout_filter_type",
@@ -267,10 +275,19 @@ class ActorConfig:
         _check(self.ppo_mini_batch_size >= 1, "actor.ppo_mini_batch_size", "must be >= 1")
         _check(self.ppo_epochs >= 1, "actor.ppo_epochs", "must be >= 1")
         _check(math.isfinite(self.lr) and self.lr > 0, "actor.lr", f"must be finite and > 0, got {self.lr}")
-        _check(self.clip_ratio > 0, "actor.clip_ratio", f"must be > 0, got {self.clip_ratio}")
+        _check(math.isfinite(self.clip_ratio) and self.clip_ratio > 0, "actor.clip_ratio",
+               f"must be finite and > 0, got {self.clip_ratio}")
+        _check(math.isfinite(self.weight_decay) and self.weight_decay >= 0, "actor.weight_decay",
+               f"must be finite and >= 0, got {self.weight_decay}")
+        _check(math.isfinite(self.grad_clip) and self.grad_clip > 0, "actor.grad_clip",
+               f"must be finite and > 0 (the gradient-norm bound), got {self.grad_clip}")
+        _check(math.isfinite(self.entropy_coeff), "actor.entropy_coeff", f"must be finite, got {self.entropy_coeff}")
+        _check(math.isfinite(self.invalid_action_penalty_coef) and self.invalid_action_penalty_coef >= 0,
+               "actor.invalid_action_penalty_coef", f"must be finite and >= 0, got {self.invalid_action_penalty_coef}")
         for key in ("clip_ratio_low", "clip_ratio_high"):
             v = getattr(self, key)
-            _check(v is None or v >= 0, f"actor.{key}", f"must be >= 0 (or null = clip_ratio), got {v}")
+            _check(v is None or (math.isfinite(v) and v >= 0), f"actor.{key}",
+                   f"must be finite and >= 0 (or null = clip_ratio), got {v}")
         _check(self.clip_ratio_c > 1.0, "actor.clip_ratio_c", "dual-clip constant must be > 1")
         _check(self.policy_loss in POLICY_LOSS_REGISTRY, "actor.policy_loss",
                f"unknown policy loss {self.policy_loss!r}; valid: {sorted(POLICY_LOSS_REGISTRY)}")
@@ -278,7 +295,8 @@ class ActorConfig:
                f"unknown mode {self.loss_agg_mode!r}; valid: {list(AGG_MODES)}")
         _check(self.kl_loss_type in KL_TYPES, "actor.kl_loss_type",
                f"unknown estimator {self.kl_loss_type!r}; valid: {list(KL_TYPES)}")
-        _check(self.kl_loss_coef >= 0, "actor.kl_loss_coef", "must be >= 0")
+        _check(math.isfinite(self.kl_loss_coef) and self.kl_loss_coef >= 0, "actor.kl_loss_coef",
+               f"must be finite and >= 0, got {self.kl_loss_coef}")
         for key in ("clip_cov_ratio", "kl_cov_ratio", "clip_cov_ratio_replay", "kl_cov_ratio_replay"):
             v = getattr(self, key)
             _check(v is None or 0.0 < v <= 1.0, f"actor.{key}", f"must be in (0, 1], got {v}")
@@ -414,6 +432,10 @@ class SerlConfig:
               f"unknown format {self.trajectory_format!r}; valid: {sorted(TRAJECTORY_FORMATS)}")
         check(0.0 <= self.mixing_lambda <= 1.0, "mixing_lambda", f"must be in [0, 1], got {self.mixing_lambda}")
         check(self.lambda_decay_steps >= 0, "lambda_decay_steps", "must be >= 0")
+        check(math.isfinite(self.success_reward_threshold), "success_reward_threshold",
+              f"must be finite, got {self.success_reward_threshold}")
+        check(self.teacher_sync_interval >= 0, "teacher_sync_interval", "must be >= 0 (0 = never re-sync)")
+        check(self.max_reprompt_len >= 0, "max_reprompt_len", "must be >= 0 (0 = data.max_prompt_length)")
         check(0.0 <= self.weight_clip < 1.0, "weight_clip", f"must be in [0, 1), got {self.weight_clip}")
         check(self.reprompt_truncation in ("privileged", "right"), "reprompt_truncation", "must be 'privileged' or 'right'")
         check(self.student_logprob in ("current", "old"), "student_logprob", "must be 'current' or 'old'")
@@ -436,6 +458,9 @@ class SerlConfig:
             check(self.judge_request_retries >= 0, "judge_request_retries", "must be >= 0")
             check(self.judge_max_concurrency >= 1, "judge_max_concurrency", "must be >= 1")
             check(self.judge_max_tokens >= 1, "judge_max_tokens", "must be >= 1")
+            check(self.judge_retry_max_tokens >= 1, "judge_retry_max_tokens", "must be >= 1")
+            check(math.isfinite(self.judge_temperature) and self.judge_temperature >= 0, "judge_temperature",
+                  f"must be finite and >= 0, got {self.judge_temperature}")
         check(self.teacher_log_every_n_steps >= 1, "teacher_log_every_n_steps", "must be >= 1")
         check(self.teacher_log_max_text_chars >= 0, "teacher_log_max_text_chars", "must be >= 0 (0 = no cap)")
         check(self.teacher_log_sample_rows >= 0, "teacher_log_sample_rows", "must be >= 0 (0 = no cap)")
@@ -461,6 +486,8 @@ class GiGPOConfig:
         """Raises :class:`ConfigError` naming ``algorithm.gigpo.<key>``."""
         _check(self.mode in GIGPO_MODES, "algorithm.gigpo.mode", f"unknown mode {self.mode!r}; valid: {list(GIGPO_MODES)}")
         _check(0.0 < self.similarity_thresh < 1.0, "algorithm.gigpo.similarity_thresh", "must be strictly inside (0, 1)")
+        _check(math.isfinite(self.step_advantage_w), "algorithm.gigpo.step_advantage_w",
+               f"must be finite, got {self.step_advantage_w}")
         _check(self.similarity_backend in SIMILARITY_BACKENDS, "algorithm.gigpo.similarity_backend",
                f"unknown backend {self.similarity_backend!r}; valid: {list(SIMILARITY_BACKENDS)}")
 
@@ -500,7 +527,11 @@ class SpearConfig:
         _check(self.trajectory_staleness_reference in STALENESS_REFERENCES,
                "algorithm.spear.trajectory_staleness_reference",
                f"unknown reference {self.trajectory_staleness_reference!r}; valid: {list(STALENESS_REFERENCES)}")
-        _check(self.replay_loss_coef >= 0, "algorithm.spear.replay_loss_coef", "must be >= 0")
+        _check(math.isfinite(self.replay_loss_coef) and self.replay_loss_coef >= 0, "algorithm.spear.replay_loss_coef",
+               f"must be finite and >= 0, got {self.replay_loss_coef}")
+        for key in ("weight_decay_trajectory_replay", "trajectory_score_threshold"):
+            v = getattr(self, key)
+            _check(math.isfinite(v), f"algorithm.spear.{key}", f"must be finite, got {v}")
 
 
 @dataclass
@@ -550,6 +581,9 @@ class TrainerConfig:
     run_name: Optional[str] = None
     #: checkpoint every this many iterations (and always at the end); 0 = only at the end
     save_freq: int = 1
+    #: a new run (no ``--resume``) refuses an existing non-empty run folder; true = move that
+    #: folder aside to ``<run_name>.old-<timestamp>`` first (never deletes it)
+    overwrite: bool = False
     #: keep the newest this many checkpoints (0 = all)
     max_checkpoints_to_keep: int = 2
     #: evaluate every this many iterations (0 = never during training)
@@ -634,7 +668,8 @@ class SFTConfig:
         checks = [
             (self.epochs >= 1, "sft.epochs", "must be >= 1"),
             (self.max_steps == -1 or self.max_steps >= 1, "sft.max_steps", "must be -1 (all epochs) or >= 1"),
-            (self.lr is None or self.lr > 0, "sft.lr", "must be > 0 (or null for the default)"),
+            (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "sft.lr",
+             "must be finite and > 0 (or null for the default)"),
             (self.weight_decay >= 0, "sft.weight_decay", "must be >= 0"),
             (self.batch_size >= 1, "sft.batch_size", "must be >= 1"),
             (self.micro_batch_size >= 1, "sft.micro_batch_size", "must be >= 1"),
@@ -670,6 +705,7 @@ class Config:
         Raises:
             ConfigError: the first invalid value, naming its full dotted key.
         """
+        _check(0 <= self.seed < 2**32, "seed", f"must be in [0, 2**32) (numpy's seed range), got {self.seed}")
         for section in (self.model, self.env, self.data, self.rollout, self.actor, self.algorithm, self.trainer,
                         self.sft):
             section.validate()
@@ -688,6 +724,23 @@ def recipe_path(recipe: str) -> Path:
     raise ConfigError(f"unknown recipe {recipe!r}: not a YAML file and not one of {names}")
 
 
+def _load_yaml(p: Path):
+    """``OmegaConf.load(p)``; a YAML syntax error becomes a :class:`ConfigError` naming the file
+    and line (no traceback)."""
+    try:
+        return OmegaConf.load(p)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"recipe {p}: {_yaml_error_text(e)}") from None
+
+
+def _yaml_error_text(e: yaml.YAMLError) -> str:
+    """One line for a YAML syntax error: the problem and its line/column."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"YAML syntax error{where}: {problem}"
+
+
 def _recipe_chain(names: list[str], chain: list[Path], active: tuple[Path, ...] = ()) -> list[Path]:
     """Linearise recipes and their ``defaults:`` bases, bases first, each recipe once.
 
@@ -700,7 +753,7 @@ def _recipe_chain(names: list[str], chain: list[Path], active: tuple[Path, ...] 
             raise ConfigError(f"recipe defaults form a cycle: {' -> '.join(x.stem for x in active + (p,))}")
         if p in chain:
             continue
-        raw = OmegaConf.load(p)
+        raw = _load_yaml(p)
         bases = list(raw.get("defaults", []) or []) if isinstance(raw, DictConfig) else []
         _recipe_chain(bases, chain, active + (p,))
         chain.append(p)
@@ -711,7 +764,7 @@ def _load_recipe(recipe: str) -> DictConfig:
     """Merge a recipe, or a comma-separated composition (``spear,webshop``), with its bases."""
     merged = OmegaConf.create({})
     for p in _recipe_chain([r.strip() for r in recipe.split(",") if r.strip()], []):
-        raw = OmegaConf.load(p)
+        raw = _load_yaml(p)
         if isinstance(raw, DictConfig):
             raw.pop("defaults", None)
         merged = OmegaConf.merge(merged, raw)
@@ -742,6 +795,8 @@ def load_config(recipe: str | None = DEFAULT_RECIPE, overrides: list[str] | None
         key = getattr(e, "full_key", None)
         msg = str(e).splitlines()[0]
         raise ConfigError(f"bad config key {key!r}: {msg}" if key else f"bad config: {msg}") from None
+    except yaml.YAMLError as e:  # an override value that is not valid YAML
+        raise ConfigError(f"bad override in {overrides}: {_yaml_error_text(e)}") from None
     cfg: Config = OmegaConf.to_object(schema)  # type: ignore[assignment]
     cfg.validate()
     return cfg
@@ -752,9 +807,20 @@ def to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
-def config_from_yaml(text: str) -> Config:
-    """Inverse of :func:`to_yaml` (used by ``--resume``)."""
-    schema = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(text))
+def config_from_yaml(text: str, source: str = "config") -> Config:
+    """Inverse of :func:`to_yaml` (used by ``--resume``).
+
+    Raises:
+        ConfigError: a YAML syntax error, an unknown key or a bad value, naming ``source``
+            (e.g. the run's ``config.yaml``) and the key.
+    """
+    try:
+        schema = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(text))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: {_yaml_error_text(e)}") from None
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"{source}: bad config key {key!r}: {str(e).splitlines()[0]}") from None
     cfg: Config = OmegaConf.to_object(schema)  # type: ignore[assignment]
     cfg.validate()
     return cfg

@@ -134,6 +134,29 @@ def test_section_validate_methods_run_alone():
     (r"trainer.run_name=a\b", "trainer.run_name"),
     (r"trainer.run_name=C:\runs", "trainer.run_name"),
     ("trainer.run_name=.", "trainer.run_name"),
+    ("seed=-1", "seed"),
+    ("seed=4294967296", "seed"),
+    ("env.eval_num_tasks=-2", "env.eval_num_tasks"),
+    ("rollout.temperature=inf", "rollout.temperature"),
+    ("rollout.val_temperature=0", "rollout.val_temperature"),
+    ("rollout.top_p=0", "rollout.top_p"),
+    ("rollout.top_p=1.5", "rollout.top_p"),
+    ("rollout.top_k=-2", "rollout.top_k"),
+    ("actor.clip_ratio=inf", "actor.clip_ratio"),
+    ("actor.clip_ratio_high=nan", "actor.clip_ratio_high"),
+    ("actor.weight_decay=-0.1", "actor.weight_decay"),
+    ("actor.grad_clip=0", "actor.grad_clip"),
+    ("actor.grad_clip=inf", "actor.grad_clip"),
+    ("actor.entropy_coeff=nan", "actor.entropy_coeff"),
+    ("actor.invalid_action_penalty_coef=-1", "actor.invalid_action_penalty_coef"),
+    ("actor.kl_loss_coef=inf", "actor.kl_loss_coef"),
+    ("algorithm.serl.teacher_sync_interval=-1", "algorithm.serl.teacher_sync_interval"),
+    ("algorithm.serl.max_reprompt_len=-1", "algorithm.serl.max_reprompt_len"),
+    ("algorithm.serl.success_reward_threshold=nan", "algorithm.serl.success_reward_threshold"),
+    ("algorithm.gigpo.step_advantage_w=inf", "algorithm.gigpo.step_advantage_w"),
+    ("algorithm.spear.replay_loss_coef=inf", "algorithm.spear.replay_loss_coef"),
+    ("algorithm.spear.trajectory_score_threshold=nan", "algorithm.spear.trajectory_score_threshold"),
+    ("sft.lr=inf", "sft.lr"),
 ])
 def test_unsafe_values_are_rejected(override, key):
     with pytest.raises(ConfigError, match="^" + key.replace(".", r"\.") + ":"):
@@ -145,6 +168,38 @@ def test_edge_values_that_stay_valid():
                            "trainer.total_training_steps=0", "trainer.run_name=my-run_1.v2"])
     assert c.actor.clip_ratio_low == 0.0 and c.trainer.run_name == "my-run_1.v2"
     assert load_config(None, ["trainer.run_name=null"]).trainer.run_name is None
+
+
+def test_judge_ranges_are_checked_in_judge_modes():
+    base = ["algorithm.serl.sampling_mode=judge_current_traj"]
+    for override, key in (("algorithm.serl.judge_retry_max_tokens=0", "judge_retry_max_tokens"),
+                          ("algorithm.serl.judge_temperature=-1", "judge_temperature")):
+        with pytest.raises(ConfigError, match=r"^algorithm\.serl\." + key + ":"):
+            load_config(None, base + [override])
+
+
+def test_greedy_evaluation_accepts_a_zero_val_temperature():
+    c = load_config(None, ["rollout.val_do_sample=false", "rollout.val_temperature=0", "rollout.top_k=0"])
+    assert c.rollout.val_temperature == 0.0
+
+
+def test_recipe_yaml_syntax_error_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("actor:\n  lr: 1e-5\n  clip_ratio: [0.2\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: YAML syntax error at line \d+"):
+        load_config(str(bad))
+    with pytest.raises(ConfigError, match="YAML syntax error"):
+        load_config(None, ["actor.lr=[1"])
+
+
+def test_run_config_yaml_syntax_error_names_the_file(tmp_path):
+    from serl.train.trainer import load_run_config
+
+    (tmp_path / "config.yaml").write_text("actor: {lr: 1e-5\n")
+    with pytest.raises(ConfigError, match=r"config\.yaml: YAML syntax error"):
+        load_run_config(tmp_path)
+    with pytest.raises(ConfigError, match=r"config\.yaml"):
+        load_run_config(tmp_path, ["actor.lr=1"])
 
 
 def test_config_from_yaml_validates_too():

@@ -18,7 +18,7 @@ import pytest
 from serl.config import SerlConfig
 from serl.errors import JudgeError
 from serl.hindsight.builder import SerlContextBuilder
-from serl.hindsight.judge import JudgeClient, resolve_api_key
+from serl.hindsight.judge import JudgeClient, redact_secrets, resolve_api_key
 from serl.hindsight.judge_prompt import build_judge_messages
 from serl.hindsight.rendering import JUDGE_HEADER
 from test_serl_context import ROW, make_groups
@@ -73,6 +73,10 @@ class FakeJudge:
                     judge.headers.append(dict(self.headers))
                     n = len(judge.requests)
                 b = judge.behaviour
+                if b == "echo401":  # a misconfigured proxy that echoes the request headers
+                    echoed = "".join(f"{k}: {v}\n" for k, v in sorted(self.headers.items()))
+                    return self._send(401, {"request_headers": echoed, "error": "unauthorized",
+                                            "hint": "api_key=sk-proj-leakedKEY0123456789 or x-api-key: zzsecretzz"})
                 if b == "fail500" or (b == "flaky" and n == 1):
                     return self._send(500, {"error": {"message": "internal error"}})
                 if b == "slow":
@@ -314,3 +318,32 @@ def test_api_key_resolution(monkeypatch):
     finally:
         client.close()
     assert resolve_api_key("sk-explicit") == "sk-explicit"
+
+
+def test_error_body_echoing_credentials_is_logged_redacted(server, caplog, monkeypatch):
+    """A server that echoes the request headers used to put the API key into the warning."""
+    key = "my-very-secret-key-42"
+    monkeypatch.setattr(SerlConfig, "_secret_store", {})
+    srv = server("echo401")
+    b = SerlContextBuilder(jcfg(srv.url, judge_api_key=key, judge_request_retries=0))
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert all(c is None for c in b.build(make_groups()))
+    finally:
+        b.close()
+    assert srv.headers[0]["Authorization"] == f"Bearer {key}"  # the key was sent, and echoed
+    text = caplog.text
+    assert "HTTP 401" in text and "<redacted>" in text
+    for secret in (key, "sk-proj-leakedKEY0123456789", "zzsecretzz", "Bearer my"):
+        assert secret not in text, secret
+
+
+def test_redact_secrets_forms():
+    assert redact_secrets("Authorization: Basic dXNlcjpwYXNz\nok") == "Authorization: <redacted>\nok"
+    assert redact_secrets('{"authorization": "Bearer abc.def"}') == '{"authorization": "<redacted>"}'
+    assert redact_secrets("token bearer abc123 end") == "token bearer <redacted> end"
+    assert redact_secrets("?api-key=abc&x=1") == "?api-key=<redacted>&x=1"
+    assert redact_secrets('{"apiKey": "abc"}') == '{"apiKey": "<redacted>"}'
+    assert redact_secrets("key sk-abcdef0123 here") == "key <redacted> here"
+    assert redact_secrets("plain hunter2 text", ("hunter2",)) == "plain <redacted> text"
+    assert redact_secrets("nothing secret here") == "nothing secret here"

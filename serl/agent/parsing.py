@@ -22,17 +22,14 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 FALLBACK_CHARS = {"alfworld": 30, "webshop": 20}
 
-_FLAGS = re.IGNORECASE | re.DOTALL
-# well-formed <action ...>X</action>
-_WELL_FORMED = re.compile(r"<action\b[^>]*>(.*?)</action>", _FLAGS)
-# [action>X</action>]
-_BRACKETED = re.compile(r"\[action>(.*?)</action>\]", _FLAGS)
-# bare action>X</action> (a broken opening tag)
-_BARE = re.compile(r"(?<![<\[/\w])action>(.*?)</action>", _FLAGS)
-# unclosed <action ...> to the end of the text
-_UNCLOSED = re.compile(r"<action\b[^>]*>(.*)\Z", _FLAGS)
+# Case-insensitive matching as Python's ``re.IGNORECASE`` on the tag letters, at fixed length:
+# ASCII upper case, and the four non-ASCII letters that ``re`` folds onto ASCII ones
+# (dotted/dotless i, long s, Kelvin sign). ``str.lower`` is not used: it changes lengths ("İ").
+_FOLD = {**{c: c.lower() for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"},
+         "\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
+_FOLD_TABLE = str.maketrans(_FOLD)
 # WebShop-style actions anywhere (last resort, as the original; can match inside <think>)
-_TOOL = re.compile(r"(?:search|click)\[[^\]]*\]", re.IGNORECASE)
+_TOOL_HEADS = ("search[", "click[")
 
 
 def project_action(text: str, fallback_chars: int = 30) -> tuple[str, bool]:
@@ -72,19 +69,123 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def _is_word(c: str) -> bool:
+    """``re``'s ``\\w`` on one character (Unicode alphanumeric or ``_``)."""
+    return c.isalnum() or c == "_"
+
+
+class _NextFinder:
+    """``low.find(needle, p)`` for non-decreasing ``p`` in amortised linear total time: an
+    answer ``q >= p`` found from an earlier ``p0 <= p`` is still the first occurrence at or after
+    ``p``; once nothing is found, nothing will be."""
+
+    def __init__(self, low: str, needle: str):
+        self.low, self.needle = low, needle
+        self.hit = -2  # -2: not searched yet; -1: no occurrence at or after the last query
+
+    def find(self, p: int) -> int:
+        if self.hit == -1 or (self.hit >= p):
+            return self.hit
+        self.hit = self.low.find(self.needle, p)
+        return self.hit
+
+
+def _well_formed(text: str, low: str) -> list[tuple[int, int]]:
+    """Inner spans of ``<action\\b[^>]*>(.*?)</action>`` (case-insensitive, dotall), as
+    ``re.finditer`` would give them, in linear time."""
+    out: list[tuple[int, int]] = []
+    gt, close = _NextFinder(low, ">"), _NextFinder(low, "</action>")
+    pos = 0
+    while (s := low.find("<action", pos)) != -1:
+        after = s + len("<action")
+        if after < len(text) and _is_word(text[after]):
+            pos = s + 1
+            continue
+        g = gt.find(after)
+        c = close.find(g + 1) if g != -1 else -1
+        if c == -1:  # no '>' or no closing tag after this opening: none after a later one either
+            break
+        out.append((g + 1, c))
+        pos = c + len("</action>")
+    return out
+
+
+def _between(low: str, head: str, tail: str, ok=lambda s: True) -> list[tuple[int, int]]:
+    """Inner spans of ``head(.*?)tail`` (literal head/tail, case-insensitive, dotall) whose
+    head start satisfies ``ok``, as ``re.finditer`` would give them, in linear time."""
+    out: list[tuple[int, int]] = []
+    close = _NextFinder(low, tail)
+    pos = 0
+    while (s := low.find(head, pos)) != -1:
+        if not ok(s):
+            pos = s + 1
+            continue
+        c = close.find(s + len(head))
+        if c == -1:
+            break
+        out.append((s + len(head), c))
+        pos = c + len(tail)
+    return out
+
+
+def _unclosed(text: str, low: str) -> list[tuple[int, int]]:
+    """The inner span of ``<action\\b[^>]*>(.*)\\Z``: from the first ``>`` after the first
+    ``<action`` (followed by a non-word character) to the end of the text."""
+    pos = 0
+    while (s := low.find("<action", pos)) != -1:
+        after = s + len("<action")
+        if after < len(text) and _is_word(text[after]):
+            pos = s + 1
+            continue
+        g = low.find(">", after)
+        return [(g + 1, len(text))] if g != -1 else []
+    return []
+
+
+def _tool_calls(low: str) -> list[tuple[int, int]]:
+    """Whole-match spans of ``(?:search|click)\\[[^\\]]*\\]`` (case-insensitive), in linear time."""
+    out: list[tuple[int, int]] = []
+    heads = [_NextFinder(low, h) for h in _TOOL_HEADS]
+    close = _NextFinder(low, "]")
+    pos = 0
+    while True:
+        hits = [(h.find(pos), len(h.needle)) for h in heads]
+        hits = [x for x in hits if x[0] != -1]
+        if not hits:
+            break
+        s, n = min(hits)
+        c = close.find(s + n)
+        if c == -1:
+            break
+        out.append((s, c + 1))
+        pos = c + 1
+    return out
+
+
 def action_char_spans(text: str) -> list[tuple[int, int]]:
     """Character spans ``[start, end)`` of the action content (as SERL's action mask, arXiv 2605.19447).
 
     Union of the inner content of ``<action …>X</action>``, ``[action>X</action>]`` and bare
-    ``action>X</action>``; if none, an unclosed ``<action…>`` to the end of the text; if still
-    none, any ``search[...]`` / ``click[...]`` substring. Overlapping spans are merged; the tag
-    characters themselves are never inside a span.
+    ``action>X</action>`` (not preceded by ``<``, ``[``, ``/`` or a word character); if none, an
+    unclosed ``<action…>`` to the end of the text; if still none, any ``search[...]`` /
+    ``click[...]`` substring. Tags match case-insensitively; the content is the shortest up to
+    the first closing tag. Overlapping spans are merged; the tag characters themselves are never
+    inside a span.
+
+    The result equals ``re.finditer`` with the patterns ``<action\\b[^>]*>(.*?)</action>``,
+    ``\\[action>(.*?)</action>\\]``, ``(?<![<\\[/\\w])action>(.*?)</action>``,
+    ``<action\\b[^>]*>(.*)\\Z`` and ``(?:search|click)\\[[^\\]]*\\]`` (IGNORECASE | DOTALL), but
+    runs in time linear in ``len(text)``: those regexes rescan the rest of the text from every
+    unmatched opening tag (quadratic on long repeated-tag text).
     """
-    spans = [m.span(1) for pat in (_WELL_FORMED, _BRACKETED, _BARE) for m in pat.finditer(text)]
+    low = text.translate(_FOLD_TABLE)
+    spans = _well_formed(text, low)
+    spans += _between(low, "[action>", "</action>]")
+    spans += _between(low, "action>", "</action>", lambda s: s == 0 or not (text[s - 1] in "<[/" or _is_word(text[s - 1])))
     if not spans:
-        spans = [m.span(1) for m in _UNCLOSED.finditer(text)]
+        spans = _unclosed(text, low)
     if not spans:
-        spans = [m.span(0) for m in _TOOL.finditer(text)]
+        spans = _tool_calls(low)
     return _merge(spans)
 
 

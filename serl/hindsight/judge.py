@@ -24,6 +24,9 @@ Behaviour:
 * the API key comes from the config (handed over by :meth:`JudgeClient.from_config`), else
   ``SERL_JUDGE_API_KEY``, else ``OPENAI_API_KEY``. It is sent only as the ``Authorization``
   header and never appears in a log line, an error message, or the client's ``repr``.
+* error messages: an HTTP error names the status code and up to 200 characters of the body,
+  after :func:`redact_secrets` has removed anything that looks like a credential (a server that
+  echoes the request headers would otherwise print the key).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -48,6 +52,18 @@ log = logging.getLogger(__name__)
 
 REDACTED = "<redacted>"
 PLACEHOLDER_ANSWERS = {"", "none", "n/a", "na", "null", "nothing", "no comment"}
+#: characters of a failing server's (redacted) response body kept in an error message
+ERROR_BODY_CHARS = 200
+
+# credential-shaped substrings: the value of an Authorization header (any scheme), a Bearer
+# token, an api-key field/parameter/header (api_key, api-key, apikey, x-api-key; JSON, query
+# string or header syntax) and OpenAI-style ``sk-...`` tokens
+_SECRET_PATTERNS = [
+    (re.compile(r"(authorization[\"']?\s*[:=]\s*[\"']?)[^\"'\r\n,}]+", re.IGNORECASE), r"\1" + REDACTED),
+    (re.compile(r"(bearer\s+)[A-Za-z0-9._~+/=\-]+", re.IGNORECASE), r"\1" + REDACTED),
+    (re.compile(r"(api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\"'\s,&}]+", re.IGNORECASE), r"\1" + REDACTED),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), REDACTED),
+]
 
 @dataclass
 class JudgeResult:
@@ -71,6 +87,22 @@ def resolve_api_key(configured: str = "") -> str:
     if configured and configured != REDACTED:
         return configured
     return os.environ.get("SERL_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""
+
+
+def redact_secrets(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with every credential-looking substring replaced by ``"<redacted>"``.
+
+    Removes each of ``secrets`` verbatim (the configured API key), then the value of any
+    ``Authorization`` header or field, ``Bearer <token>``, the value of any ``api_key`` /
+    ``api-key`` / ``apikey`` field, parameter or header, and ``sk-...`` tokens. Apply it to a
+    whole body *before* cutting it, so a cut never leaves part of a key behind.
+    """
+    for secret in secrets:
+        if secret and secret != REDACTED:
+            text = text.replace(secret, REDACTED)
+    for pat, repl in _SECRET_PATTERNS:
+        text = pat.sub(repl, text)
+    return text
 
 
 def _clean_answer(content: Optional[str]) -> Optional[str]:
@@ -182,9 +214,18 @@ class JudgeClient:
             raise _Failure(f"judge time budget of {self.batch_timeout:g}s exhausted", retry=False)
         return httpx.Timeout(min(self.timeout, remaining))
 
+    def _redact(self, text: str) -> str:
+        """:func:`redact_secrets` with this client's API key."""
+        return redact_secrets(text, (self._api_key,))
+
+    def _body_excerpt(self, resp: httpx.Response) -> str:
+        """The response body, redacted, then cut to :data:`ERROR_BODY_CHARS` on one line."""
+        return self._redact(resp.text)[:ERROR_BODY_CHARS].replace("\n", " ")
+
     def _http_error(self, resp: httpx.Response) -> _Failure:
-        body = resp.text[:200].replace("\n", " ")
-        return _Failure(f"HTTP {resp.status_code} from {resp.request.url}: {body}", retry=resp.status_code in (408, 429) or resp.status_code >= 500)
+        url = self._redact(str(resp.request.url))
+        return _Failure(f"HTTP {resp.status_code} from {url}: {self._body_excerpt(resp)}",
+                        retry=resp.status_code in (408, 429) or resp.status_code >= 500)
 
     def _resolve_model(self, deadline: float) -> str:
         with self._model_lock:
@@ -233,7 +274,8 @@ class JudgeClient:
                 "finish_reason": choice.get("finish_reason"),
             }
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise _Failure(f"malformed chat-completions answer from {url}: {resp.text[:200]!r}", retry=False) from None
+            raise _Failure(f"malformed chat-completions answer from {url}: {self._body_excerpt(resp)!r}",
+                           retry=False) from None
 
     def complete(self, messages: list[dict], *, deadline: Optional[float] = None) -> JudgeResult:
         """Send one chat request with retries; never raises for request problems.
@@ -252,7 +294,7 @@ class JudgeClient:
                 failures += 1
                 if not f.retry or failures > self.retries:
                     suffix = f" (after {failures} attempt(s))" if failures > 1 else ""
-                    return JudgeResult(None, f"{f}{suffix}")
+                    return JudgeResult(None, self._redact(f"{f}{suffix}"))
                 pause = min(self.backoff * failures, max(0.0, deadline - time.monotonic()))
                 time.sleep(pause)
                 continue

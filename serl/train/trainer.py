@@ -51,7 +51,7 @@ from serl.algos.losses import agg_loss, get_policy_loss_fn, kl_loss, replay_loss
 from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync
 from serl.algos.spear import ReplayBuffer, ReplayRow, replay_coef, toolcall_bonus
 from serl.config import Config, config_from_yaml, to_yaml
-from serl.errors import ConfigError
+from serl.errors import CheckpointError, ConfigError
 from serl.envs.base import Task, get_env_class
 from serl.envs.base import list_tasks as env_list_tasks
 from serl.hindsight.builder import SerlContextBuilder
@@ -61,7 +61,8 @@ from serl.models.teacher import Teacher, teacher_prompt_ids
 from serl.rollout.collector import Collector
 from serl.rollout.engine import HFEngine, SamplingParams
 from serl.train.batch import RowBatch, StepTable, UpdateBatch, pad_rows, response_logprobs, score_logprobs
-from serl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from serl.train.checkpoint import load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, save_checkpoint
+from serl.train.run_dir import RunLock, check_new_run_dir, check_output_dir, create_run_dir
 from serl.train.metrics import (MetricMeans, MetricsLogger, advantage_signal_metrics, rollout_metrics,
                                 success_by_type)
 from serl.train.teacher_log import TeacherLogWriter, teacher_log_row
@@ -141,13 +142,19 @@ def list_tasks(cfg: Config, split: str) -> list[Task]:
 class Trainer:
     """Owns the models, the env pool and the run folder of one training run.
 
+    The run folder (:mod:`serl.train.run_dir`): a new run checks it before any model loads
+    (refusing a non-empty one unless ``trainer.overwrite``) and creates and locks it only once
+    the models, envs and tasks are ready; a resumed run locks it first. The lock is held until
+    :meth:`close`.
+
     Args:
         cfg: the resolved config.
         run_dir: the run folder; None = ``<trainer.output_dir>/<run_name>``.
-        resume: restore the latest checkpoint of ``run_dir``.
+        resume: restore the newest intact checkpoint of ``run_dir``.
 
     Raises:
-        serl.models.loading.ModelLoadError, serl.envs.base.EnvError, ConfigError: at start-up.
+        serl.models.loading.ModelLoadError, serl.envs.base.EnvError, ConfigError, CheckpointError,
+        SerlError (the run folder is locked by another process): at start-up.
     """
 
     def __init__(self, cfg: Config, run_dir: Optional[Path] = None, resume: bool = False):
@@ -155,15 +162,42 @@ class Trainer:
             raise ConfigError("model.lora.r: LoRA is used by `serl sft` only so far; `serl train` trains all "
                               "weights (set model.lora.r=0; model.path= may point at serl sft's merged RUN/model)")
         self.cfg = cfg
+        self.run_dir = Path(run_dir) if run_dir else Path(cfg.trainer.output_dir) / (
+            cfg.trainer.run_name or default_run_name(cfg))
+        self._run_lock: Optional[RunLock] = self._check_run_dir(resume)
+        try:
+            self._start(resume)
+        except BaseException:
+            self._release_run_dir()
+            raise
+
+    def _check_run_dir(self, resume: bool) -> Optional[RunLock]:
+        """Start-up checks of the run folder, before any model loads. Resume: the folder must
+        exist; it is locked now and stale ``.tmp_*`` checkpoint folders are removed. New run:
+        ``trainer.output_dir`` must be writable and the folder empty or absent (or
+        ``trainer.overwrite``); nothing is written yet (see :meth:`_start`)."""
+        if resume:
+            if not self.run_dir.is_dir():
+                raise CheckpointError(f"cannot resume: {self.run_dir} is not a run folder")
+            lock = RunLock.acquire(self.run_dir)
+            remove_stale_tmp_dirs(self.run_dir)
+            return lock
+        check_output_dir(self.run_dir.parent)
+        check_new_run_dir(self.run_dir, self.cfg.trainer.overwrite)
+        return None
+
+    def _release_run_dir(self) -> None:
+        if self._run_lock is not None:
+            self._run_lock.release()
+            self._run_lock = None
+
+    def _start(self, resume: bool) -> None:
+        """Models, algorithms, tasks; then the new run's folder (created and locked) and its
+        ``config.yaml``, the metric sinks, and a resume's checkpoint."""
+        cfg = self.cfg
         configure_cpu_threads(cfg.trainer.num_threads)
         set_seed(cfg.seed)
         self.device = pick_device(cfg.trainer.device)
-        self.run_dir = Path(run_dir) if run_dir else Path(cfg.trainer.output_dir) / (
-            cfg.trainer.run_name or default_run_name(cfg))
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
-
         self._load_models()
         self.context_builder = SerlContextBuilder(cfg.algorithm.serl) if self.teacher else None
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
@@ -184,6 +218,9 @@ class Trainer:
         # ---- state
         self.iteration = 0
         self.update_step = 0  # u: completed policy updates (λ schedule, teacher sync phase)
+        if not resume:  # every start-up check passed: now the folder may exist
+            self._run_lock = create_run_dir(self.run_dir, cfg.trainer.overwrite)
+            atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
         self.logger = MetricsLogger(self.run_dir, cfg.trainer.logger)
         if resume:
             self._resume()
@@ -245,9 +282,10 @@ class Trainer:
                                keep=self.cfg.trainer.max_checkpoints_to_keep)
 
     def _resume(self) -> None:
-        folder = latest_checkpoint(self.run_dir)
-        state = load_checkpoint(folder, self.policy, self.optimizer,
-                                teacher=self.teacher.model if self.teacher else None)
+        """Restore the newest intact checkpoint (a damaged newer one is reported and skipped)."""
+        teacher = self.teacher.model if self.teacher else None
+        folder, state = load_newest_intact(
+            self.run_dir, lambda f: load_checkpoint(f, self.policy, self.optimizer, teacher=teacher))
         self.iteration = int(state["iteration"])
         self.update_step = int(state["update_step"])
         self.sampler.load_state_dict(state["sampler"])
@@ -783,13 +821,17 @@ class Trainer:
                                self.cfg.seed if seed is None else seed, progress)
 
     def close(self) -> None:
-        """Stop the env workers, close the judge client and the metric sinks."""
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
-        if self.context_builder is not None:
-            self.context_builder.close()
-        self.logger.close()
+        """Stop the env workers, close the judge client and the metric sinks, release the run
+        folder's lock."""
+        try:
+            if self.pool is not None:
+                self.pool.close()
+                self.pool = None
+            if self.context_builder is not None:
+                self.context_builder.close()
+            self.logger.close()
+        finally:
+            self._release_run_dir()
 
 
 def eval_subset(tasks: list[Task], num_tasks: Optional[int]) -> list[Task]:
@@ -858,11 +900,17 @@ def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> Config
     """The config saved in ``<run_dir>/config.yaml`` with optional dotted overrides."""
     from omegaconf import OmegaConf
 
+    import yaml
+    from omegaconf.errors import OmegaConfBaseException
+
     p = Path(run_dir) / "config.yaml"
     if not p.exists():
         raise FileNotFoundError(f"{p} not found: is {run_dir} a serl run folder?")
     text = p.read_text()
     if overrides:
-        merged = OmegaConf.merge(OmegaConf.create(text), OmegaConf.from_dotlist(list(overrides)))
+        try:
+            merged = OmegaConf.merge(OmegaConf.create(text), OmegaConf.from_dotlist(list(overrides)))
+        except (yaml.YAMLError, OmegaConfBaseException) as e:
+            raise ConfigError(f"{p} with overrides {list(overrides)}: {str(e).splitlines()[0]}") from None
         text = OmegaConf.to_yaml(merged)
-    return config_from_yaml(text)
+    return config_from_yaml(text, source=str(p))
