@@ -45,6 +45,10 @@ LOGGERS = ("jsonl", "tensorboard")
 ROLLOUT_ENGINES = ("hf",)
 
 
+#: WebShop's observation modes (``serl.envs.webshop.pages.OBSERVATION_MODES``)
+WEBSHOP_OBSERVATION_MODES = ("text", "text_rich")
+
+
 def _check(cond: bool, key: str, msg: str) -> None:
     """Raise :class:`ConfigError` ``"<key>: <msg>"`` unless ``cond``; ``key`` is the full dotted key."""
     if not cond:
@@ -142,7 +146,10 @@ class EnvConfig:
     rollout: EnvRolloutConfig = field(default_factory=EnvRolloutConfig)
     #: evaluate on at most this many tasks of ``eval_split`` (-1 = all)
     eval_num_tasks: int = -1
-    #: env-specific options (e.g. WebShop's ``human_goals``)
+    #: WebShop options: ``human_goals`` (bool), ``show_attrs`` (bool), ``seed`` (int),
+    #: ``observation_mode`` (``text`` = WebShop's ``[SEP]`` text, the default, as verl-agent; or
+    #: ``text_rich``, WebShop's marked-up mode) and ``task_prices`` (a JSON file path, or a
+    #: mapping, of explicit per-task ``price_upper`` / ``price``; see the README's WebShop part)
     webshop: dict = field(default_factory=dict)
     #: train and evaluate only on these task types (ALFWorld: the task-folder prefixes, e.g.
     #: ``[look_at_obj_in_light, pick_and_place_simple]``); empty = every type
@@ -160,6 +167,20 @@ class EnvConfig:
         _check(all(isinstance(t, str) and t for t in self.task_types), "env.task_types",
                f"must be a list of task-type names, got {self.task_types!r}")
         _check(self.eval_num_tasks >= -1, "env.eval_num_tasks", f"must be >= 0 or -1 (= all), got {self.eval_num_tasks}")
+        self._validate_webshop()
+
+    def _validate_webshop(self) -> None:
+        """``env.webshop.observation_mode`` and ``env.webshop.task_prices`` (the env checks the rest)."""
+        ws = self.webshop
+        mode = ws.get("observation_mode", "text")
+        _check(mode in WEBSHOP_OBSERVATION_MODES, "env.webshop.observation_mode",
+               f"must be one of {list(WEBSHOP_OBSERVATION_MODES)}, got {mode!r}")
+        prices = ws.get("task_prices")
+        if isinstance(prices, str):
+            _check(Path(prices).expanduser().is_file(), "env.webshop.task_prices", f"no such JSON file: {prices!r}")
+        else:
+            _check(prices is None or hasattr(prices, "items"), "env.webshop.task_prices",
+                   f"must be a JSON file path or a mapping of task ids to {{price_upper, price}}, got {prices!r}")
 
 
 @dataclass

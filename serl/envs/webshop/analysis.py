@@ -7,7 +7,7 @@ pyserini). Its analyzer chain is
    digit, a CJK/kana character or an emoji become tokens (punctuation and plain symbols are
    dropped); tokens longer than 255 characters are cut into 255-character pieces;
 2. ``EnglishPossessiveFilter``: a trailing ``'s`` / ``’s`` / ``＇s`` is removed;
-3. ``LowerCaseFilter``;
+3. ``LowerCaseFilter`` (Java's per-code-point ``Character.toLowerCase``, :func:`lucene_lower`);
 4. ``StopFilter`` with Lucene's 33 English stop words (:data:`STOP_WORDS`);
 5. ``PorterStemFilter``: the Porter stemmer in Martin Porter's own C/Java variant, which leaves
    tokens of at most 2 characters alone. NLTK's ``PorterStemmer(mode=MARTIN_EXTENSIONS)`` is
@@ -19,12 +19,15 @@ Lucene's rule (every ``Extended_Pictographic`` character is a token) with Lucene
 Unicode 14 emoji data (:data:`_EXT_PICT_RANGES`), because ``regex``'s newer Unicode tables no
 longer count symbols such as ★ or ☞ as pictographic while Lucene 9.5 does.
 
-Known gaps (none occurs in WebShop's queries; see ``tests/test_webshop_search.py``): runs of
-South-East-Asian script are not merged into one token, a skin-tone modifier standing alone is
+Known gaps (none occurs in WebShop's queries or documents; see ``tests/test_webshop_search.py``): runs
+of South-East-Asian script are not merged into one token, a skin-tone modifier standing alone is
 dropped (Lucene keeps it), and Unicode-version differences of the word-break tables (Lucene uses
-Unicode 9) are not emulated. On the 1000 WebShop documents our analysis yields 107,609 terms;
-the Anserini scores imply 107,608 (one term fewer somewhere, not identified without Java), which
-shifts avgdl by 1e-5 relative and flips two near-ties inside the top 50 (:mod:`.search`).
+Unicode 9) are not emulated. On the 1000 WebShop documents our analysis yields the same 107,608
+terms as Anserini 0.22.1's analyzer, document by document (checked against Anserini's
+``DefaultEnglishAnalyzer`` run on the JVM). The last difference was a leading apostrophe:
+``regex`` keeps `` 'is`` / `` ’em`` as one segment, so ``"me 'is it"`` (asin B07YN72RH4) gave the
+term ``'i`` where Lucene drops the stop word ``is``; :func:`tokenize` now strips a leading
+mid-word character from a segment.
 
 The stemmer is imported lazily and every distinct surface form is stemmed once (a per-process
 cache), so a query costs a dictionary look-up per word.
@@ -82,6 +85,12 @@ _TOKEN_CHAR = regex.compile(
     r"\p{LB=SA}\p{WB=Regional_Indicator}" + _EXT_PICT + r"]"
 )
 _EMOJI_ONLY = regex.compile(r"[" + _EXT_PICT + r"\p{WB=Extend}\p{WB=Format}\p{WB=ZWJ}]+")
+# A word segment never starts with a mid-word character (UAX#29 WB6/WB7 and WB11/WB12 need a
+# letter or digit on both sides), but ``regex`` joins a leading apostrophe to the next word when a
+# space precedes it (`` 'is`` → ``'is``, `` ’em`` → ``’em``); Lucene emits ``is`` / ``em``.
+_LEADING_MID = regex.compile(
+    r"^(?:[\p{WB=MidLetter}\p{WB=MidNumLet}\p{WB=Single_Quote}\p{WB=MidNum}][\p{WB=Extend}\p{WB=Format}\p{WB=ZWJ}]*)+"
+)
 _POSSESSIVE = ("'", "\u2019", "\uff07")
 
 
@@ -91,6 +100,7 @@ def tokenize(text: str) -> list[str]:
     for seg in _BOUNDARY.split(text):
         if not seg or _TOKEN_CHAR.search(seg) is None:
             continue
+        seg = _LEADING_MID.sub("", seg)
         if "\ufe0e" in seg and _EMOJI_ONLY.fullmatch(seg.replace("\ufe0e", "")):
             seg = seg.replace("\ufe0e", "")  # Lucene's emoji rule does not absorb VS15
         if len(seg) > MAX_TOKEN_LENGTH:
@@ -137,12 +147,30 @@ def stem_cache() -> dict[str, str]:
     return _STEMS
 
 
+#: characters whose Python ``str.lower`` is not one code point, mapped as Java's
+#: ``Character.toLowerCase(int)`` maps them (UnicodeData's simple lower-case mapping). In current
+#: Unicode this is only U+0130 (``"İ".lower()`` is ``"i̇"``, two code points; Java gives ``"i"``).
+_JAVA_LOWER_SPECIAL = {"\u0130": "i"}
+
+
+def lucene_lower(text: str) -> str:
+    """Lucene's ``LowerCaseFilter``: ``Character.toLowerCase`` applied to each code point.
+
+    It differs from Python's ``str.lower`` in two ways: ``"İ"`` (U+0130) becomes ``"i"`` (Python:
+    ``"i̇"``, i + U+0307), and a final capital sigma becomes ``"σ"`` (Python applies the
+    Final_Sigma rule and gives ``"ς"``).
+    """
+    if text.isascii():
+        return text.lower()
+    return "".join(_JAVA_LOWER_SPECIAL.get(c) or c.lower() for c in text)
+
+
 @lru_cache(maxsize=65536)
 def _term(token: str) -> str | None:
-    """Possessive removal, lower-casing, stop-word removal and stemming of one token."""
+    """Possessive removal, lower-casing (:func:`lucene_lower`), stop-word removal and stemming of one token."""
     if len(token) >= 2 and token[-1] in "sS" and token[-2] in _POSSESSIVE:
         token = token[:-2]
-    low = token.lower()
+    low = lucene_lower(token)
     if not low or low in STOP_WORDS:
         return None
     return stem(low)

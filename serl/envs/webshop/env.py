@@ -8,14 +8,15 @@ Per step it returns (as ``princeton-nlp/WebShop``'s text env and verl-agent's, `
 
 * ``observation``: verl-agent's view of the page, i.e. the ``[SEP]`` segments after the
   instruction, each single-quoted, joined by ``" [SEP] "`` (the raw text when the page does not
-  show the instruction, i.e. the done page). This is also the GiGPO / SERL anchor.
+  show the instruction, i.e. the done page). This is also the GiGPO / SERL anchor. With
+  ``observation_mode="text_rich"`` it is WebShop's ``text_rich`` page text unchanged.
 * ``feedback``: the same page text after the action (the next raw observation, as SERL's ``OliverLeeXZ/SERL@5a2a85b:agent_system/multi_turn_rollout/rollout_loop.py``).
 * ``task``: the instruction text.
 * ``admissible_actions``: ``search[<your query>]`` on the start page, ``click[x]`` per clickable.
 * ``reward``: 10.0 when ``buy now`` scores exactly 1.0 (verl-agent's convention), else 0.0;
   ``won`` likewise. ``done`` on ``buy now`` or after ``max_steps`` steps.
 * ``info``: ``task_score`` (WebShop's raw score in [0, 1]; 0.0 until a purchase),
-  ``raw_observation`` (the ``[SEP]`` page text), ``page``, ``goal_index``, ``invalid_action`` and
+  ``raw_observation`` (the ``[SEP]`` page text, or the ``text_rich`` text), ``page``, ``goal_index``, ``invalid_action`` and
   ``invalid_reason`` (invalid actions are no-ops: page and state unchanged), ``available_actions``
   (WebShop's ``{has_search_bar, clickables}``), ``truncated`` (step limit reached), and at the
   purchase ``purchased_asin``, ``purchased_options``, ``reward_details``, ``price``,
@@ -36,8 +37,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
 from serl.envs.webshop import data as wsdata
 from serl.envs.webshop.catalog import Catalog, hidden_price, load_catalog, search_contents
-from serl.envs.webshop.goals import Goal, ordered_goals, priced_goal, split_indices
-from serl.envs.webshop.pages import SEP, Site
+from serl.envs.webshop.goals import Goal, TaskPrice, load_task_prices, ordered_goals, priced_goal, split_indices
+from serl.envs.webshop.pages import OBSERVATION_MODES, SEP, Site
 from serl.envs.webshop.reward import get_reward
 from serl.envs.webshop.search import TOP_K, SearchIndex
 
@@ -96,9 +97,15 @@ def format_observation(raw: str, instruction: str) -> str:
     return SEP.join(f"'{p}'" for p in parts[i + 1 :])
 
 
-def _check_options(human_goals: bool, show_attrs: bool, max_steps: int, unknown: dict[str, Any] | None = None) -> None:
+_OPTIONS = ["human_goals", "observation_mode", "seed", "show_attrs", "task_prices"]
+
+
+def _check_options(human_goals: bool, show_attrs: bool, max_steps: int, unknown: dict[str, Any] | None = None,
+                   observation_mode: str = "text") -> None:
     if unknown:
-        raise EnvError(f"unknown env.webshop option(s) {sorted(unknown)}; valid: ['human_goals', 'seed', 'show_attrs']")
+        raise EnvError(f"unknown env.webshop option(s) {sorted(unknown)}; valid: {_OPTIONS}")
+    if observation_mode not in OBSERVATION_MODES:
+        raise EnvError(f"env.webshop.observation_mode must be one of {list(OBSERVATION_MODES)}, got {observation_mode!r}")
     if not isinstance(human_goals, bool):
         raise EnvError(f"env.webshop.human_goals must be true or false, got {human_goals!r}")
     if not isinstance(show_attrs, bool):
@@ -119,6 +126,13 @@ class WebShopEnv(BaseTextEnv):
         show_attrs: show WebShop's ``Attributes`` button and page (off in WebShop and verl-agent).
         seed: unused by the env (the task carries its seed); accepted so that one
             ``env.webshop`` dict configures both the env and :meth:`list_tasks`.
+        observation_mode: ``text`` (WebShop's ``[SEP]`` text, shown as verl-agent shows it) or
+            ``text_rich`` (WebShop's ``convert_html_to_text(simple=False)``: one line per text
+            node, ``[button] X [button_]`` marks, ``[clicked button]`` on chosen option values and
+            opened products, ``You have clicked X.`` lines first); the observation is then that
+            text as it is.
+        task_prices: explicit per-task budgets and target prices, a JSON file path or a mapping
+            (:func:`serl.envs.webshop.goals.load_task_prices`), overriding the seeded draws.
 
     Raises:
         EnvError: bad or unknown options, missing or corrupt data.
@@ -130,8 +144,12 @@ class WebShopEnv(BaseTextEnv):
     default_max_steps = DEFAULT_MAX_STEPS
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
-                 human_goals: bool = False, show_attrs: bool = False, seed: int = 0, **unknown: Any):
-        _check_options(human_goals, show_attrs, max_steps, unknown)
+                 human_goals: bool = False, show_attrs: bool = False, seed: int = 0, observation_mode: str = "text",
+                 task_prices: str | os.PathLike | dict | None = None, **unknown: Any):
+        _check_options(human_goals, show_attrs, max_steps, unknown, observation_mode)
+        self.observation_mode = observation_mode
+        self.task_prices: dict[str, TaskPrice] = load_task_prices(task_prices)
+        self.target_price: Optional[float] = None
         self.max_steps = int(max_steps)
         self.data_dir = data_dir
         self.show_attrs = show_attrs
@@ -174,7 +192,7 @@ class WebShopEnv(BaseTextEnv):
     @classmethod
     def list_tasks(cls, split: str, data_dir: str | os.PathLike | None = None, *, human_goals: bool = False,
                    seed: int = 0, show_attrs: bool = False, max_steps: int = DEFAULT_MAX_STEPS,
-                   **unknown: Any) -> list[Task]:
+                   observation_mode: str = "text", task_prices: Any = None, **unknown: Any) -> list[Task]:
         """The tasks of ``split`` in goal order: ``test`` (goals 0–499), ``train`` (500–end) or ``all``.
 
         Args:
@@ -182,12 +200,13 @@ class WebShopEnv(BaseTextEnv):
             data_dir: as for the constructor.
             human_goals: list WebShop's human goals instead (13 on the 1k split, all in ``test``).
             seed: ``Task.seed`` of every task (fixes the hidden prices and budgets).
-            show_attrs, max_steps: env options, accepted so one ``env.webshop`` dict fits both.
+            show_attrs, max_steps, observation_mode, task_prices: env options, accepted so one
+                ``env.webshop`` dict fits both.
 
         Raises:
             EnvError: unknown split, an empty split, or bad data.
         """
-        _check_options(human_goals, show_attrs, max_steps, unknown)
+        _check_options(human_goals, show_attrs, max_steps, unknown, observation_mode)
         world = load_world(data_dir)
         goals = world.human_goals if human_goals else world.goals
         idx = split_indices(split, len(goals))
@@ -216,11 +235,13 @@ class WebShopEnv(BaseTextEnv):
         if task.env_name != "webshop":
             raise EnvError(f"task {task.task_id!r} is for env {task.env_name!r}, not webshop")
         goals, i = self._goal_of(task)
-        pg = priced_goal(self.world.catalog, goals, i, int(task.seed))
+        pg = priced_goal(self.world.catalog, goals, i, int(task.seed), self.task_prices.get(str(task.task_id)))
         self.task, self.goal, self.goal_index = task, pg.goal, i
         self.price_upper = pg.price_upper
+        self.target_price = pg.price
         rng = random.Random(f"serl-webshop/episode/{task.seed}/{task.task_id}")
-        self.site = Site(self.world.catalog, self._search, pg.instruction_text, rng, self.show_attrs)
+        self.site = Site(self.world.catalog, self._search, pg.instruction_text, rng, self.show_attrs,
+                         session_id=str(task.task_id))
         # the task as the agent sees it: the instruction's text node (verl-agent: parts[2])
         self.instruction = self.site.segments()[2]
         self.steps = 0
@@ -260,7 +281,10 @@ class WebShopEnv(BaseTextEnv):
         st = self.site.state
         cat = self.world.catalog
         product = cat.by_asin[st.asin]
-        price = hidden_price(product, int(self.task.seed), self.goal_index)
+        if self.target_price is not None and product.asin == self.goal.asin:
+            price = self.target_price  # explicit (env.webshop.task_prices)
+        else:
+            price = hidden_price(product, int(self.task.seed), self.goal_index)
         score, details = get_reward(cat, product, self.goal, price, self.price_upper, dict(st.options))
         st.score = score
         self.site._changed()
@@ -271,8 +295,11 @@ class WebShopEnv(BaseTextEnv):
 
     def _result(self, reward: float, info: dict[str, Any], feedback: Optional[str] = None) -> StepResult:
         site = self.site
-        raw = site.text()
-        obs = format_observation(raw, self.instruction)
+        if self.observation_mode == "text_rich":
+            raw = obs = site.rich_text()
+        else:
+            raw = site.text()
+            obs = format_observation(raw, self.instruction)
         clickables = list(site.clickables())
         info.update(
             task_score=self.last_score,

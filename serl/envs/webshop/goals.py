@@ -27,14 +27,21 @@ from the unseeded global ``random`` once per product at start-up, so the instruc
 changes between runs. We draw it per goal from ``(seed, goal index)``
 (:func:`price_clause`): deterministic, identical for all members of a group, and independent
 of which worker runs the episode.
+
+**Explicit prices.** To reproduce a published run or compare with the original env, a task's
+``price_upper`` and its target's hidden price can be given explicitly (``env.webshop.task_prices``:
+a JSON file or mapping, :func:`load_task_prices`); they override the seeded draws.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
+import os
 import random
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Optional, Union
 
 from serl.envs.base import EnvError
 from serl.envs.webshop.catalog import Catalog, Product, hidden_price
@@ -83,6 +90,8 @@ class PricedGoal:
     index: int
     price_upper: float
     instruction_text: str
+    #: the target's explicit hidden price (``env.webshop.task_prices``); None = seeded draw
+    price: Optional[float] = None
 
 
 def synthetic_goals(catalog: Catalog) -> list[Goal]:
@@ -154,21 +163,97 @@ def split_indices(split: str, num_goals: int) -> range:
     raise EnvError(f"unknown WebShop split {split!r}; valid: {list(SPLITS)}")
 
 
-def price_clause(target: Product, seed: int, index: int) -> tuple[float, str]:
-    """``(price_upper, price_text)`` of goal ``index`` for ``seed`` (module docstring)."""
-    price = hidden_price(target, seed, index)
+def price_text(price_upper: float) -> str:
+    """WebShop's price clause for ``price_upper`` (empty for :data:`NO_BUDGET` or more)."""
+    if price_upper >= NO_BUDGET:
+        return ""
+    return f", and price lower than {price_upper:.2f} dollars"
+
+
+def price_clause(target: Product, seed: int, index: int, price: Optional[float] = None) -> tuple[float, str]:
+    """``(price_upper, price_text)`` of goal ``index`` for ``seed`` (module docstring); ``price``
+    overrides the target's seeded hidden price the budget is drawn above."""
+    if price is None:
+        price = hidden_price(target, seed, index)
     candidates = [p for p in PRICE_RANGE if p > price][:4]
     if len(candidates) < 2:
         return NO_BUDGET, ""
     rng = random.Random(f"serl-webshop/price_upper/{seed}/{index}")
     _, upper = sorted(rng.sample(candidates, 2))
-    return upper, f", and price lower than {upper:.2f} dollars"
+    return upper, price_text(upper)
 
 
-def priced_goal(catalog: Catalog, goals: list[Goal], index: int, seed: int) -> PricedGoal:
-    """Goal ``index`` of ``goals`` with its price clause for ``seed``."""
+def priced_goal(catalog: Catalog, goals: list[Goal], index: int, seed: int,
+                explicit: Optional["TaskPrice"] = None) -> PricedGoal:
+    """Goal ``index`` of ``goals`` with its price clause for ``seed``, or with the explicit
+    ``price_upper`` / target price of ``explicit`` (:func:`load_task_prices`) where given."""
     if not 0 <= index < len(goals):
         raise EnvError(f"WebShop goal index {index} out of range: there are {len(goals)} goals")
     g = goals[index]
-    upper, text = price_clause(catalog.by_asin[g.asin], seed, index)
-    return PricedGoal(goal=g, index=index, price_upper=upper, instruction_text=g.base_text + text)
+    price = explicit.price if explicit is not None else None
+    if explicit is not None and explicit.price_upper is not None:
+        upper, text = explicit.price_upper, price_text(explicit.price_upper)
+    else:
+        upper, text = price_clause(catalog.by_asin[g.asin], seed, index, price)
+    return PricedGoal(goal=g, index=index, price_upper=upper, instruction_text=g.base_text + text, price=price)
+
+
+@dataclass(frozen=True)
+class TaskPrice:
+    """Explicit prices of one task (``env.webshop.task_prices``); None = serl's seeded draw.
+
+    Attributes:
+        price_upper: the budget in dollars, shown in the instruction (``, and price lower than
+            {price_upper:.2f} dollars``; no clause at 1e6 or more, as WebShop) and compared with
+            the purchase's price by the reward.
+        price: the target product's hidden price in dollars (WebShop's ``product_prices[asin]``),
+            used by the reward when the target is bought and, without ``price_upper``, as the
+            price the budget is drawn above. Other products keep their seeded prices.
+    """
+
+    price_upper: Optional[float] = None
+    price: Optional[float] = None
+
+
+def _price_value(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise EnvError(f"{where} must be a finite number >= 0 (dollars), got {v!r}")
+    return float(v)
+
+
+def load_task_prices(spec: Union[str, os.PathLike, dict, None]) -> dict[str, TaskPrice]:
+    """Explicit per-task prices: ``{task_id: TaskPrice}`` from a JSON file or a mapping.
+
+    The JSON is an object keyed by task id (``"12"`` for synthetic goal 12, ``"h3"`` for human
+    goal 3), each value an object with ``price_upper`` and/or ``price`` (dollars), e.g.
+    ``{"0": {"price_upper": 40.0, "price": 23.99}}``.
+
+    Raises:
+        EnvError: unreadable file, bad JSON, unknown keys or non-numeric / negative values.
+    """
+    if spec is None:
+        return {}
+    if isinstance(spec, (str, os.PathLike)):
+        try:
+            with open(spec, encoding="utf-8") as f:
+                data = json.load(f)
+        except OSError as e:
+            raise EnvError(f"env.webshop.task_prices: cannot read {str(spec)!r}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise EnvError(f"env.webshop.task_prices: {str(spec)!r} is not valid JSON: {e}") from None
+    else:
+        data = spec
+    if not isinstance(data, dict):
+        raise EnvError(f"env.webshop.task_prices must map task ids to {{price_upper, price}}, got {type(data).__name__}")
+    out = {}
+    for tid, entry in data.items():
+        where = f"env.webshop.task_prices[{tid!r}]"
+        if not isinstance(entry, dict) or not entry or set(entry) - {"price_upper", "price"}:
+            raise EnvError(f"{where} must be an object with 'price_upper' and/or 'price', got {entry!r}")
+        up = entry.get("price_upper")
+        pr = entry.get("price")
+        out[str(tid)] = TaskPrice(
+            price_upper=None if up is None else _price_value(up, f"{where}.price_upper"),
+            price=None if pr is None else _price_value(pr, f"{where}.price"),
+        )
+    return out

@@ -61,6 +61,10 @@ from serl.envs.webshop.catalog import Catalog, Product
 #: results per page (``PRODUCT_WINDOW``)
 PRODUCT_WINDOW = 10
 SEP = " [SEP] "
+#: the simulated browser's base URL (``SimServer``); part of the page URL ``text_rich`` looks at
+BASE_URL = "http://127.0.0.1:3000"
+#: observation modes: WebShop's ``text`` (``[SEP]``-joined, verl-agent's) and ``text_rich``
+OBSERVATION_MODES = ("text", "text_rich")
 SUB_PAGES = ("description", "features", "reviews", "attributes")
 _ACTION = re.compile(r"(.+)\[(.+)\]")
 _ASCII_SPACE = frozenset(" \n\t\x0c\r")
@@ -75,22 +79,27 @@ def parse_action(action: str) -> tuple[str, Optional[str]]:
     return m.group(1), m.group(2).lower()
 
 
-def _node(raw: str) -> Optional[str]:
-    """The segment BeautifulSoup + WebShop produce for a text node ``raw`` (module docstring)."""
+def _raw_node(raw: str) -> Optional[str]:
+    """The text node BeautifulSoup's ``html.parser`` keeps for template text ``raw``: None when
+    absent (empty, or ASCII whitespace holding a newline, which becomes ``"\\n"`` and is skipped by
+    WebShop), ``" "`` for other ASCII whitespace, else ``raw`` unchanged."""
     if raw == "":
         return None
     if all(c in _ASCII_SPACE for c in raw):
-        return None if "\n" in raw else ""
-    return raw.strip()
+        return None if "\n" in raw else " "
+    return raw
 
 
-def _nodes(*raws: str) -> list[str]:
-    out = []
-    for r in raws:
-        s = _node(r)
-        if s is not None:
-            out.append(s)
-    return out
+def _node(raw: str) -> Optional[str]:
+    """The ``text``-mode segment BeautifulSoup + WebShop produce for a text node ``raw`` (module docstring)."""
+    r = _raw_node(raw)
+    return None if r is None else r.strip()
+
+
+def _typed(kind: str, raw: str) -> list[tuple[str, str]]:
+    """``[(kind, node)]`` for template text ``raw``, or ``[]`` when it yields no text node."""
+    r = _raw_node(raw)
+    return [] if r is None else [(kind, r)]
 
 
 def tojson_html(obj: Any) -> str:
@@ -130,9 +139,13 @@ class Site:
         instruction: the goal instruction shown on every page.
         rng: the episode's RNG (for ``search[<r>]``).
         show_attrs: show the ``Attributes`` button (WebShop's ``show_attrs``; default off).
+        session_id: WebShop's session id (``reset(session=idx)`` uses the goal index); it is
+            part of the page URL.
     """
 
-    def __init__(self, catalog: Catalog, searcher, instruction: str, rng: random.Random, show_attrs: bool = False):
+    def __init__(self, catalog: Catalog, searcher, instruction: str, rng: random.Random, show_attrs: bool = False,
+                 session_id: str = "0"):
+        self.session_id = session_id
         self.catalog = catalog
         self.searcher = searcher
         self.instruction = instruction
@@ -142,53 +155,121 @@ class Site:
         self._clickables: Optional[dict[str, Clickable]] = None
 
     # ------------------------------------------------------------------ rendering
-    def segments(self) -> list[str]:
-        """The page's text nodes in order (their ``" [SEP] "`` join is the observation)."""
+    def nodes(self) -> list[tuple[str, str]]:
+        """The page's visible text nodes in order, as ``(kind, raw text)``.
+
+        ``kind`` is what the original's ``text_rich`` mode looks at: ``button`` (the node's parent
+        is a ``<button>``), ``label`` (an option value's ``<label>``), ``link`` (a product asin's
+        ``<a class="product-link">``) or ``text``. ``raw`` keeps the template's own spaces (e.g.
+        ``"Instruction: "`` on the start page, ``" " + bullet`` on the features page).
+        """
         st = self.state
-        head = ["Instruction:"] + _nodes(self.instruction)
+        B, T = "button", "text"
         if st.page == "start":
-            return ["WebShop"] + head + ["Search"]
+            return [(T, "WebShop"), (T, "Instruction: ")] + _typed(T, self.instruction) + [(B, "Search")]
+        head = [(T, "Instruction:")] + _typed(T, self.instruction) + [(B, "Back to Search")]
         if st.page == "results":
-            segs = head + ["Back to Search", f"Page {st.page_num} (Total results: {len(st.results)})"]
+            out = head + [(T, f"Page {st.page_num} (Total results: {len(st.results)})")]
             if st.page_num > 1:
-                segs.append("< Prev")
-            segs.append("Next >")
+                out.append((B, "< Prev"))
+            out.append((B, "Next >"))
             for asin in self._page_asins():
                 p = self.catalog.by_asin[asin]
-                segs += _nodes(p.asin, p.title, p.price_tag)
-            return segs
+                out += _typed("link", p.asin) + _typed(T, p.title) + _typed(T, p.price_tag)
+            return out
         if st.page == "done":
-            return self._done_segments()
+            return self._done_nodes()
         p = self._product()
-        segs = head + ["Back to Search", "< Prev"]
+        out = head + [(B, "< Prev")]
         if st.page == "item":
             for name, values in p.options.items():
-                segs += _nodes(name, *values)
-            segs += _nodes(p.title, f"Price: {p.price_tag}", f"Rating: {p.rating}")
-            segs += ["Description", "Features", "Reviews"] + (["Attributes"] if self.show_attrs else []) + ["Buy Now"]
+                out += _typed(T, name)
+                for v in values:
+                    out += _typed("label", v)
+            out += _typed(T, p.title) + _typed(T, f"Price: {p.price_tag}") + _typed(T, f"Rating: {p.rating}")
+            buttons = ["Description", "Features", "Reviews"] + (["Attributes"] if self.show_attrs else []) + ["Buy Now"]
+            out += [(B, b) for b in buttons]
         elif st.page == "description":
-            segs += _nodes(p.description)
+            out += _typed(T, p.description)
         elif st.page == "features":
-            segs += _nodes(*(" " + b for b in p.bullet_points))
+            for b in p.bullet_points:
+                out += _typed(T, " " + b)
         elif st.page == "attributes":
-            segs += _nodes(*(" " + a for a in p.attributes), p.category, p.query, p.product_category)
+            for a in p.attributes:
+                out += _typed(T, " " + a)
+            out += _typed(T, p.category) + _typed(T, p.query) + _typed(T, p.product_category)
         # reviews: WebShop's data has none
-        return segs
+        return out
 
-    def _done_segments(self) -> list[str]:
+    def segments(self) -> list[str]:
+        """The page's text nodes in order, stripped (their ``" [SEP] "`` join is the ``text`` observation)."""
+        return [raw.strip() for _, raw in self.nodes()]
+
+    def _done_nodes(self) -> list[tuple[str, str]]:
         st = self.state
-        return [
-            "Thank you for shopping with us!", "Your code:", "None", "(Paste it in your MTurk interface.)",
-            "Purchased", "asin", *_nodes(st.asin or ""), "options", tojson_html(st.options),
+        texts = [
+            "Thank you for shopping with us!", "Your code: ", "None", " (Paste it in your MTurk interface.)",
+            "Purchased", "asin", st.asin or "", "options", tojson_html(st.options),
             "attrs", "None", "category", "None", "query", "None", "product category", "None",
             "Target", "asin", "options", "attrs", "price upper", "instuction text", "category",
-            "product category", "query", "Goal", "None", "Reward", "Your score (min 0.0, max 1.0)",
-            str(st.score), "Reward Details", "None",
+            "product category", "query", "Goal ", "None", "Reward", "Your score (min 0.0, max 1.0)",
+            str(st.score), "Reward Details ", "None",
         ]
+        return [n for t in texts for n in _typed("text", t)]
 
     def text(self) -> str:
-        """The raw ``[SEP]`` text observation of the current page."""
+        """The raw ``[SEP]`` text observation of the current page (WebShop's ``text`` mode)."""
         return SEP.join(self.segments())
+
+    def url(self) -> str:
+        """The page's URL in WebShop's simulated browser; only the item page's matters (its
+        options JSON decides which option labels ``text_rich`` marks as clicked)."""
+        st = self.state
+        keywords = "+".join(st.keywords or [])
+        if st.page == "item":
+            return (f"{BASE_URL}/item_page/{self.session_id}/{st.asin}/{keywords}/{st.page_num}/"
+                    f"{json.dumps(st.options)}")
+        if st.page == "results":
+            return f"{BASE_URL}/search_results/{self.session_id}/{keywords}/{st.page_num}"
+        if st.page in SUB_PAGES:
+            return (f"{BASE_URL}/item_sub_page/{self.session_id}/{st.asin}/{keywords}/{st.page_num}/"
+                    f"{st.page.capitalize()}/{st.options}")
+        if st.page == "done":
+            return f"{BASE_URL}/done/{self.session_id}/{st.asin}/{st.options}"
+        return f"{BASE_URL}/{self.session_id}"
+
+    def rich_text(self) -> str:
+        """The ``text_rich`` observation (WebShop's ``convert_html_to_text(html, simple=False)``).
+
+        Every text node becomes one line (``raw + "\\n"``): a button's text as
+        ``[button] X [button_]``; an option value as ``  [clicked button] X [clicked button_]`` when
+        ``'"X"'`` occurs in the page URL (i.e. in the JSON of the chosen options), with
+        ``You have clicked X.`` put in front of the whole text, else ``  [button] X [button_]``; a
+        product asin as ``\\n[clicked button] X [clicked button_]`` when the asin was opened since
+        the last ``back to search``, else ``\\n[button] X [button_]``; other text unchanged. As in
+        the original, a value containing ``"`` or a non-ASCII character is never marked (its JSON
+        form is escaped), and a value that is chosen in another option group is marked too.
+        """
+        st = self.state
+        url = self.url()
+        visited = {a.upper() for a in st.visited}
+        out = ""
+        for kind, t in self.nodes():
+            if kind == "button":
+                line = f"[button] {t} [button_]"
+            elif kind == "label":
+                if f'"{t}"' in url:
+                    line = f"  [clicked button] {t} [clicked button_]"
+                    out = f"You have clicked {t}.\n" + out
+                else:
+                    line = f"  [button] {t} [button_]"
+            elif kind == "link":
+                mark = "clicked button" if t in visited else "button"
+                line = f"\n[{mark}] {t} [{mark}_]"
+            else:
+                line = t
+            out += line + "\n"
+        return out
 
     def _product(self) -> Product:
         return self.catalog.by_asin[self.state.asin]
