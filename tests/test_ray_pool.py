@@ -2,7 +2,8 @@
 
 One local Ray instance (``ray.init(num_cpus=2)``) is started for the module and shut down after
 it. The ALFWorld comparison replays the fixture games' walkthroughs; protocol and failure
-details use a tiny env defined here, which the actors import by reference.
+details use a tiny env defined here, which the actors import by reference: so this module
+imports only light modules at the top (no torch, no TextWorld), which every actor repeats.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import time
 
 import pytest
 
-from serl.config import ConfigError, load_config
-from serl.envs.alfworld import AlfWorldEnv, fixture_data_dir, walkthrough
 from serl.envs.base import EnvError, StepResult, Task
 from serl.envs.pool import EnvPool, EnvWorkerError
 
@@ -64,6 +63,8 @@ def local_ray():
 @pytest.fixture(scope="module")
 def games():
     pytest.importorskip("textworld", reason="alfworld==0.4.2 is not installed")
+    from serl.envs.alfworld import AlfWorldEnv, fixture_data_dir
+
     tasks = AlfWorldEnv.list_tasks("valid_unseen", data_dir=fixture_data_dir())
     a = next(t for t in tasks if t.task_type == "look_at_obj_in_light")
     b = next(t for t in tasks if t.task_type == "pick_and_place_simple")
@@ -83,6 +84,8 @@ def _play(pool, tasks, scripts):
 
 
 def test_ray_pool_plays_the_same_episodes_as_the_process_pool(games):
+    from serl.envs.alfworld import fixture_data_dir, walkthrough
+
     a, b = games
     tasks = [a, b]
     # different lengths, so env 0 idles (None) while env 1 finishes; env 1 starts with a no-op
@@ -180,6 +183,8 @@ def test_start_and_close_failures_are_reported():
 
 
 def test_config_chooses_the_pool(monkeypatch):
+    from serl.config import ConfigError, load_config
+    from serl.envs.alfworld import fixture_data_dir
     from serl.train.trainer import make_pool
 
     cfg = load_config("cpu", ["env.pool=ray", "env.num_workers=1", f"env.data_dir={fixture_data_dir()}"])
