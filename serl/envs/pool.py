@@ -11,6 +11,11 @@ once, one LLM turn for all of them:
   else (e.g. generate the next responses of envs that are not being stepped), then collect.
 * ``num_workers=0``: serial, in-process mode with the same API (tests, benchmarks, debugging).
 
+:class:`BaseEnvPool` holds what every pool shares (argument checks, the one-pending-call state
+machine, the closed / broken rules, the error messages); :class:`EnvPool` moves the calls over
+pipes to local worker processes, :class:`serl.envs.ray_pool.RayEnvPool` (``env.pool=ray``) to Ray
+actors, possibly on other machines.
+
 **Process model (decision).** Workers are fresh Python interpreters started with
 :mod:`subprocess` (``python -c "from serl.envs.pool import _worker_main; ..."``) and talk to the
 parent over a :func:`multiprocessing.Pipe` whose child end is inherited as a file descriptor.

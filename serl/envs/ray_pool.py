@@ -266,9 +266,9 @@ class RayEnvPool(BaseEnvPool):
                     self._fail_hung(a)
 
     def _shutdown(self) -> None:
-        ray = self._ray if hasattr(self, "_ray") else None
-        if ray is None or not self._actors:
+        if not self._actors:
             return
+        ray = self._ray
         close_failures = []
         if self._broken is None:
             refs = {a.index: a.handle.close.remote() for a in self._actors}
@@ -283,10 +283,7 @@ class RayEnvPool(BaseEnvPool):
                         close_failures.append((a.index, tb))
         for a in self._actors:
             a.pending = []
-            try:
-                ray.kill(a.handle, no_restart=True)
-            except Exception:  # noqa: BLE001 - the actor is already gone; nothing left to stop
-                pass
+            ray.kill(a.handle, no_restart=True)  # also fine for an actor that is already dead
         if close_failures:
             w, tb = close_failures[0]
             raise EnvError(f"closing the envs of env actor {w} failed (all actors are stopped):\n{tb}")
