@@ -143,7 +143,8 @@ class EnvConfig:
     worker_timeout: float = 300.0
     #: where the envs run: process (worker processes on this machine) | ray (Ray actors, on
     #: this machine or a Ray cluster; needs ``pip install 'serl[ray]'``). With ray,
-    #: ``num_workers`` is the number of actors (1 CPU each); 0 = one actor per env
+    #: ``num_workers`` is the number of actors (1 CPU each); 0 = one per CPU of the Ray
+    #: cluster, at most one per env
     pool: str = "process"
     #: Ray address for ``ray.init`` when ``pool=ray`` and Ray is not initialised yet;
     #: None = Ray's default: ``$RAY_ADDRESS`` if set, else a running local instance, else a new

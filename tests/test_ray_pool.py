@@ -95,7 +95,7 @@ def test_ray_pool_plays_the_same_episodes_as_the_process_pool(games):
         expected = _play(pool, tasks, scripts)
     with RayEnvPool("alfworld", num_envs=2, num_workers=0, env_kwargs=kwargs) as pool:
         info = pool.worker_info()
-        assert [d["env_indices"] for d in info] == [[0], [1]]  # num_workers=0: one actor per env
+        assert [d["env_indices"] for d in info] == [[0], [1]]  # num_workers=0: one per Ray CPU (2)
         assert not any(d["torch_imported"] for d in info) and all(d["omp_num_threads"] == "1" for d in info)
         assert os.getpid() not in pool.worker_pids and len(set(pool.worker_pids)) == 2
         got = _play(pool, tasks, scripts)
@@ -107,7 +107,8 @@ def test_ray_pool_plays_the_same_episodes_as_the_process_pool(games):
 
 
 def test_protocol_env_errors_and_idle_envs():
-    with RayEnvPool(SlowEchoEnv, num_envs=3, num_workers=2, env_kwargs={"tag": "x"}) as pool:
+    with RayEnvPool(SlowEchoEnv, num_envs=3, num_workers=0, env_kwargs={"tag": "x"}) as pool:
+        assert pool.num_workers == 2  # 0 = one actor per CPU of the (2-CPU) Ray instance
         res = pool.reset(_tasks(3))
         assert [r.observation for r in res] == ["x:t0", "x:t1", "x:t2"]
         assert res[0].info["pid"] == res[2].info["pid"] != res[1].info["pid"]  # env i in actor i % 2

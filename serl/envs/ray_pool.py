@@ -4,8 +4,8 @@
 ``step``, ``*_async`` + ``*_wait``, ``worker_info``, ``close``, a broken pool after a dead or
 hung worker, :class:`EnvWorkerError` naming the env and its task). The envs live in Ray actors
 instead of local subprocesses: ``num_workers`` actors, env ``i`` in actor ``i % num_workers`` as
-in ``EnvPool``; ``num_workers=0`` gives one actor per env, the layout of verl-agent, which wraps
-each env in a ``ray.remote`` worker (``langfengQ/verl-agent@574dd5b:
+in ``EnvPool``; ``num_workers=0`` gives one actor per CPU of the Ray cluster (at most one per
+env, then the layout of verl-agent, which wraps each env in a ``ray.remote`` worker (``langfengQ/verl-agent@574dd5b:
 agent_system/environments/env_package/alfworld/envs.py``, used by
 ``agent_system/environments/env_manager.py``). Each actor asks Ray for 1 CPU, so Ray places the
 actors on the cluster's nodes by their free CPUs.
@@ -149,8 +149,8 @@ class RayEnvPool(BaseEnvPool):
             the start-up is bounded by ``max(timeout, 60)`` seconds (an actor that Ray cannot
             place, e.g. for lack of free CPUs, fails then).
         num_workers: Ray actors (capped at ``num_envs``); env ``i`` lives in actor
-            ``i % num_workers``. ``0`` = one actor per env (verl-agent's layout); there is no
-            serial mode.
+            ``i % num_workers``. ``0`` = one actor per CPU of the Ray cluster, at most one per
+            env (verl-agent's layout); there is no serial mode.
         address: Ray address for ``ray.init`` if Ray is not initialised yet (``None`` = Ray's
             default: ``$RAY_ADDRESS``, else a running local instance, else a new local one).
 
@@ -165,10 +165,11 @@ class RayEnvPool(BaseEnvPool):
                  env_kwargs: dict[str, Any] | None = None, timeout: float = 300.0,
                  address: str | None = None):
         super().__init__(env_name, num_envs, num_workers, env_kwargs, timeout)
-        if self.num_workers == 0:
-            self.num_workers = self.num_envs
         self._actors: list[_Actor] = []
         self._ray = ensure_ray(address)
+        if self.num_workers == 0:
+            cpus = int(self._ray.cluster_resources().get("CPU", 1) // ACTOR_NUM_CPUS)
+            self.num_workers = max(1, min(self.num_envs, cpus))
         try:
             self._start_actors()
         except BaseException:

@@ -119,7 +119,7 @@ def make_pool(cfg: Config, num_envs: int):
     """The env pool of ``num_envs`` envs of ``cfg.env.name``, as ``cfg.env.pool`` says: an
     :class:`~serl.envs.pool.EnvPool` (worker processes; ``env.num_workers=0`` = one per CPU
     core) or a :class:`~serl.envs.ray_pool.RayEnvPool` (Ray actors at ``env.ray_address``;
-    ``env.num_workers=0`` = one actor per env). The one place training and evaluation get a
+    ``env.num_workers=0`` = one per CPU of the Ray cluster). The one place training and evaluation get a
     pool. Raises ImportError (with the install command) for ``ray`` without Ray installed."""
     import os
 
