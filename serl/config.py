@@ -20,6 +20,7 @@ model loads. Names that select an implementation (``algorithm.adv_estimator``,
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -43,6 +44,8 @@ DTYPES = ("auto", "bfloat16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("jsonl", "tensorboard")
 ROLLOUT_ENGINES = ("hf",)
+#: env pools: local worker processes, or Ray actors (``pip install 'serl[ray]'``)
+ENV_POOLS = ("process", "ray")
 
 
 #: WebShop's observation modes (``serl.envs.webshop.pages.OBSERVATION_MODES``)
@@ -143,6 +146,15 @@ class EnvConfig:
     num_workers: int = 0
     #: seconds to wait for one env worker reply before declaring it hung
     worker_timeout: float = 300.0
+    #: where the envs run: process (worker processes on this machine) | ray (Ray actors, on
+    #: this machine or a Ray cluster; needs ``pip install 'serl[ray]'``). With ray,
+    #: ``num_workers`` is the number of actors (1 CPU each); 0 = one per CPU of the Ray
+    #: cluster, at most one per env
+    pool: str = "process"
+    #: Ray address for ``ray.init`` when ``pool=ray`` and Ray is not initialised yet;
+    #: None = Ray's default: ``$RAY_ADDRESS`` if set, else a running local instance, else a new
+    #: local one. E.g. ``auto`` (a running cluster) or ``ray://head:10001`` (Ray Client)
+    ray_address: Optional[str] = None
     rollout: EnvRolloutConfig = field(default_factory=EnvRolloutConfig)
     #: evaluate on at most this many tasks of ``eval_split`` (-1 = all)
     eval_num_tasks: int = -1
@@ -164,6 +176,11 @@ class EnvConfig:
         _check(self.history_length >= 0, "env.history_length", "must be >= 0")
         _check(self.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per CPU core)")
         _check(self.worker_timeout > 0, "env.worker_timeout", "must be > 0 seconds")
+        _check(self.pool in ENV_POOLS, "env.pool", f"unknown env pool {self.pool!r}; valid: {list(ENV_POOLS)}")
+        _check(self.pool != "ray" or importlib.util.find_spec("ray") is not None, "env.pool",
+               "env.pool=ray needs Ray, which is not installed: pip install 'serl[ray]'")
+        _check(self.ray_address is None or (isinstance(self.ray_address, str) and self.ray_address.strip() != ""),
+               "env.ray_address", "must be a Ray address (e.g. auto, ray://head:10001) or null")
         _check(all(isinstance(t, str) and t for t in self.task_types), "env.task_types",
                f"must be a list of task-type names, got {self.task_types!r}")
         _check(self.eval_num_tasks >= -1, "env.eval_num_tasks", f"must be >= 0 or -1 (= all), got {self.eval_num_tasks}")

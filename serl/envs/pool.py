@@ -11,6 +11,11 @@ once, one LLM turn for all of them:
   else (e.g. generate the next responses of envs that are not being stepped), then collect.
 * ``num_workers=0``: serial, in-process mode with the same API (tests, benchmarks, debugging).
 
+:class:`BaseEnvPool` holds what every pool shares (argument checks, the one-pending-call state
+machine, the closed / broken rules, the error messages); :class:`EnvPool` moves the calls over
+pipes to local worker processes, :class:`serl.envs.ray_pool.RayEnvPool` (``env.pool=ray``) to Ray
+actors, possibly on other machines.
+
 **Process model (decision).** Workers are fresh Python interpreters started with
 :mod:`subprocess` (``python -c "from serl.envs.pool import _worker_main; ..."``) and talk to the
 parent over a :func:`multiprocessing.Pipe` whose child end is inherited as a file descriptor.
@@ -187,37 +192,20 @@ def _kill_all(procs: list[subprocess.Popen]) -> None:
             pass  # a process that ignores SIGKILL (uninterruptible sleep): nothing more to do
 
 
-class EnvPool:
-    """``num_envs`` environments of one kind, stepped in parallel worker processes.
-
-    Args:
-        env_name: registry name (``"alfworld"``, ``"webshop"``, or one added with
-            :func:`serl.envs.base.register_env`), a ``"module:Class"`` entry point, or an env
-            class (it must be importable by reference in a fresh interpreter, i.e. defined at
-            module level).
-        num_envs: number of environments (>= 1).
-        num_workers: worker processes (capped at ``num_envs``); env ``i`` lives in worker
-            ``i % num_workers``. ``0`` = serial in-process mode.
-        env_kwargs: keyword arguments of the env constructor (picklable plain values).
-        timeout: seconds a worker may go without answering during a ``*_wait`` before it is
-            declared hung (:class:`EnvWorkerError`, the pool becomes broken).
+class BaseEnvPool:
+    """What every env pool shares: the argument checks, the one-pending-call state machine of
+    ``reset`` / ``step`` (``*_async`` + ``*_wait``), the closed / broken checks and the error
+    messages. :class:`EnvPool` (worker processes) and
+    :class:`serl.envs.ray_pool.RayEnvPool` (Ray actors) implement the transport hooks
+    ``_dispatch``, ``_gather``, ``_in_flight``, ``_info`` and ``_shutdown``.
 
     Raises:
-        ValueError: bad sizes.
+        ValueError: ``num_envs < 1``, ``num_workers < 0`` or ``timeout <= 0``.
         ConfigError: ``env_name`` is not a registered name (the message lists the valid ones).
-        EnvWorkerError: a worker failed to start or to build its envs.
-
-    Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(
-        self,
-        env_name: str | type,
-        num_envs: int,
-        num_workers: int,
-        env_kwargs: dict[str, Any] | None = None,
-        timeout: float = 300.0,
-    ):
+    def __init__(self, env_name: str | type, num_envs: int, num_workers: int,
+                 env_kwargs: dict[str, Any] | None = None, timeout: float = 300.0):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if num_workers < 0:
@@ -233,99 +221,36 @@ class EnvPool:
         self.timeout = float(timeout)
         self._tasks: list[Task | None] = [None] * self.num_envs
         self._pending_cmd: str | None = None
-        self._serial_results: list[Any] | None = None
         self._broken: str | None = None
         self._closed = False
-        self._workers: list[_Worker] = []
-        self._envs: list[Any] = []
-        self._finalizer = None
-        if self.num_workers == 0:
-            cls = _resolve_env_class(env_name)
-            self._envs = [cls(**self.env_kwargs) for _ in range(self.num_envs)]
-        else:
-            self._start_workers()
 
-    # -- start-up ------------------------------------------------------------------------
-    def _start_workers(self) -> None:
-        # The package root goes on PYTHONPATH so `serl` imports in the child even when it is
-        # not installed (run from a checkout); the parent's full sys.path follows at init.
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        child_env = dict(os.environ)
-        child_env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
-        child_env.update(
-            {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-        )
-        procs: list[subprocess.Popen] = []
-        self._finalizer = weakref.finalize(self, _kill_all, procs)
-        for w in range(self.num_workers):
-            parent_conn, child_conn = Pipe(duplex=True)
-            fd = child_conn.fileno()
-            proc = subprocess.Popen(
-                [sys.executable, "-c", f"from serl.envs.pool import _worker_main; _worker_main({fd})"],
-                pass_fds=(fd,),
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-            )
-            child_conn.close()
-            procs.append(proc)
-            indices = list(range(w, self.num_envs, self.num_workers))
-            self._workers.append(_Worker(w, proc, parent_conn, indices))
-        try:
-            for wk in self._workers:
-                # a registered name travels as its entry point: the worker is a fresh
-                # interpreter that does not see the parent's register_env calls
-                ref = self.env_name if isinstance(self.env_name, type) or ":" in self.env_name else env_entry_point(self.env_name)
-                spec = pickle.dumps((ref, self.env_kwargs, wk.env_indices))
-                wk.conn.send(("init", list(sys.path), spec))
-            for wk in self._workers:
-                self._await_ready(wk)
-        except BaseException:
-            self.close()
-            raise
+    # -- transport hooks (subclasses) ----------------------------------------------------
+    def _dispatch(self, cmd: str, args: list[Any]) -> None:
+        """Start ``cmd`` (``"reset"`` | ``"step"``) on every env whose ``args[i]`` is not None."""
+        raise NotImplementedError
 
-    def _await_ready(self, wk: _Worker) -> None:
-        deadline = time.monotonic() + self.timeout
-        while True:
-            if wk.conn.poll(_POLL_SLICE_S):
-                try:
-                    msg = wk.conn.recv()
-                except (EOFError, OSError):
-                    msg = None
-                if msg is not None and msg[0] == "ready":
-                    return
-                code = self._exitcode(wk)
-                detail = f"\nRemote traceback:\n{msg[1]}" if msg is not None and msg[0] == "fatal" else ""
-                raise EnvWorkerError(
-                    f"env worker {wk.index} (envs {wk.env_indices}) failed to start "
-                    f"{self.env_name!r} envs with kwargs {self.env_kwargs} ({_describe_exit(code)}).{detail}",
-                    worker=wk.index,
-                    exitcode=code,
-                    remote_traceback=msg[1] if detail else None,
-                )
-            if wk.proc.poll() is not None and not wk.conn.poll(0):
-                raise EnvWorkerError(
-                    f"env worker {wk.index} died during start-up ({_describe_exit(wk.proc.returncode)}); "
-                    "its stderr above may say why.",
-                    worker=wk.index,
-                    exitcode=wk.proc.returncode,
-                )
-            if time.monotonic() > deadline:
-                raise EnvWorkerError(
-                    f"env worker {wk.index} did not start within {self.timeout:.0f} s.", worker=wk.index
-                )
+    def _gather(self, cmd: str) -> tuple[list[StepResult | None], list[EnvWorkerError]]:
+        """Results of the dispatched call by env, and the env exceptions raised in it; raises
+        :class:`EnvWorkerError` (after :meth:`_raise_broken`) for a dead or hung worker."""
+        raise NotImplementedError
 
-    @staticmethod
-    def _exitcode(wk: _Worker, wait_s: float = 2.0) -> int | None:
-        try:
-            return wk.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            return None
+    def _in_flight(self) -> bool:
+        """Whether replies of the dispatched call are still unread."""
+        return False
+
+    def _info(self) -> list[dict[str, Any]]:
+        return []
+
+    def _shutdown(self) -> None:
+        raise NotImplementedError
 
     # -- public API ----------------------------------------------------------------------
-    @property
-    def worker_pids(self) -> list[int]:
-        """PIDs of the worker processes (empty in serial mode)."""
-        return [wk.proc.pid for wk in self._workers]
+    def _env_ref(self) -> str | type:
+        """The env as it travels to a worker: a registered name goes as its entry point, since
+        a worker is a fresh interpreter that does not see the parent's ``register_env`` calls."""
+        if isinstance(self.env_name, type) or ":" in self.env_name:
+            return self.env_name
+        return env_entry_point(self.env_name)
 
     def reset(self, tasks: Sequence[Task | None]) -> list[StepResult | None]:
         """Reset env ``i`` to ``tasks[i]`` for every ``i`` (``len(tasks) == num_envs``); a
@@ -386,6 +311,208 @@ class EnvPool:
         ``env_indices``. Empty in serial mode. Raises :class:`EnvWorkerError` if a worker
         does not answer."""
         self._check_usable()
+        return self._info()
+
+    def close(self) -> None:
+        """Stop the workers and close the envs. Idempotent; safe after any error, including a
+        broken pool (dead or hung workers are killed). Raises :class:`EnvError` if an env's
+        ``close()`` failed (after everything is stopped)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- shared internals ----------------------------------------------------------------
+    def _check_usable(self) -> None:
+        kind = type(self).__name__
+        if self._closed:
+            raise EnvError(f"this {kind} is closed; create a new one.")
+        if self._broken is not None:
+            raise EnvWorkerError(
+                f"this {kind} is broken by an earlier worker failure ({self._broken}); "
+                "call close() and create a new pool."
+            )
+        if self._pending_cmd is not None:
+            raise EnvError(f"an {kind} {self._pending_cmd} is still pending; call {self._pending_cmd}_wait() first.")
+
+    def _send(self, cmd: str, args: list[Any]) -> None:
+        self._check_usable()
+        self._dispatch(cmd, args)
+        self._pending_cmd = cmd
+
+    def _task_id(self, i: int | None) -> str | None:
+        if i is None:
+            return None
+        t = self._tasks[i]
+        return t.task_id if t is not None else None
+
+    def _wait(self, cmd: str) -> list[StepResult | None]:
+        if self._pending_cmd != cmd:
+            raise EnvError(f"{cmd}_wait() called without a pending {cmd}_async()")
+        self._pending_cmd = None
+        try:
+            results, errors = self._gather(cmd)
+        except BaseException as e:
+            # Interrupted (e.g. KeyboardInterrupt) with replies still in flight: they would be
+            # read as the answers of the next call, so the pool cannot be used any more.
+            if self._broken is None and self._in_flight():
+                self._broken = f"{cmd}_wait() was interrupted by {type(e).__name__} with replies still pending"
+            raise
+        if errors:
+            raise _first_of(errors)
+        return results
+
+    def _env_error(self, i: int, worker: int, cmd: str, message: str, remote_tb: str) -> EnvWorkerError:
+        """The error of an env that raised inside a live worker (the pool stays usable)."""
+        return EnvWorkerError(
+            f"env {i} (task {self._task_id(i)}) raised in worker {worker} during {cmd}: {message}\n"
+            f"Remote traceback:\n{remote_tb}",
+            env_index=i,
+            task_id=self._task_id(i),
+            worker=worker,
+            remote_traceback=remote_tb,
+        )
+
+    def _raise_broken(self, who: str, worker: int, i: int | None, env_indices: list[int], reason: str,
+                      exitcode: int | None = None) -> NoReturn:
+        """Mark the pool broken and raise :class:`EnvWorkerError` naming env ``i`` and its task
+        (``who`` names the worker, e.g. ``"env worker 0 (pid 123)"``)."""
+        task_id = self._task_id(i)
+        where = f"env {i} (task {task_id})" if i is not None else f"envs {env_indices}"
+        msg = f"{who} serving {where}: {reason}"
+        self._broken = msg
+        raise EnvWorkerError(msg, env_index=i, task_id=task_id, worker=worker, exitcode=exitcode)
+
+
+class EnvPool(BaseEnvPool):
+    """``num_envs`` environments of one kind, stepped in parallel worker processes.
+
+    Args:
+        env_name: registry name (``"alfworld"``, ``"webshop"``, or one added with
+            :func:`serl.envs.base.register_env`), a ``"module:Class"`` entry point, or an env
+            class (it must be importable by reference in a fresh interpreter, i.e. defined at
+            module level).
+        num_envs: number of environments (>= 1).
+        num_workers: worker processes (capped at ``num_envs``); env ``i`` lives in worker
+            ``i % num_workers``. ``0`` = serial in-process mode.
+        env_kwargs: keyword arguments of the env constructor (picklable plain values).
+        timeout: seconds a worker may go without answering during a ``*_wait`` before it is
+            declared hung (:class:`EnvWorkerError`, the pool becomes broken).
+
+    Raises:
+        ValueError: bad sizes.
+        ConfigError: ``env_name`` is not a registered name (the message lists the valid ones).
+        EnvWorkerError: a worker failed to start or to build its envs.
+
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        env_name: str | type,
+        num_envs: int,
+        num_workers: int,
+        env_kwargs: dict[str, Any] | None = None,
+        timeout: float = 300.0,
+    ):
+        super().__init__(env_name, num_envs, num_workers, env_kwargs, timeout)
+        self._serial_results: list[Any] | None = None
+        self._workers: list[_Worker] = []
+        self._envs: list[Any] = []
+        self._finalizer = None
+        if self.num_workers == 0:
+            cls = _resolve_env_class(env_name)
+            self._envs = [cls(**self.env_kwargs) for _ in range(self.num_envs)]
+        else:
+            self._start_workers()
+
+    # -- start-up ------------------------------------------------------------------------
+    def _start_workers(self) -> None:
+        # The package root goes on PYTHONPATH so `serl` imports in the child even when it is
+        # not installed (run from a checkout); the parent's full sys.path follows at init.
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        child_env = dict(os.environ)
+        child_env["PYTHONPATH"] = os.pathsep.join([pkg_root] + ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
+        child_env.update(
+            {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+        )
+        procs: list[subprocess.Popen] = []
+        self._finalizer = weakref.finalize(self, _kill_all, procs)
+        for w in range(self.num_workers):
+            parent_conn, child_conn = Pipe(duplex=True)
+            fd = child_conn.fileno()
+            proc = subprocess.Popen(
+                [sys.executable, "-c", f"from serl.envs.pool import _worker_main; _worker_main({fd})"],
+                pass_fds=(fd,),
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+            )
+            child_conn.close()
+            procs.append(proc)
+            indices = list(range(w, self.num_envs, self.num_workers))
+            self._workers.append(_Worker(w, proc, parent_conn, indices))
+        try:
+            for wk in self._workers:
+                spec = pickle.dumps((self._env_ref(), self.env_kwargs, wk.env_indices))
+                wk.conn.send(("init", list(sys.path), spec))
+            for wk in self._workers:
+                self._await_ready(wk)
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self, wk: _Worker) -> None:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if wk.conn.poll(_POLL_SLICE_S):
+                try:
+                    msg = wk.conn.recv()
+                except (EOFError, OSError):
+                    msg = None
+                if msg is not None and msg[0] == "ready":
+                    return
+                code = self._exitcode(wk)
+                detail = f"\nRemote traceback:\n{msg[1]}" if msg is not None and msg[0] == "fatal" else ""
+                raise EnvWorkerError(
+                    f"env worker {wk.index} (envs {wk.env_indices}) failed to start "
+                    f"{self.env_name!r} envs with kwargs {self.env_kwargs} ({_describe_exit(code)}).{detail}",
+                    worker=wk.index,
+                    exitcode=code,
+                    remote_traceback=msg[1] if detail else None,
+                )
+            if wk.proc.poll() is not None and not wk.conn.poll(0):
+                raise EnvWorkerError(
+                    f"env worker {wk.index} died during start-up ({_describe_exit(wk.proc.returncode)}); "
+                    "its stderr above may say why.",
+                    worker=wk.index,
+                    exitcode=wk.proc.returncode,
+                )
+            if time.monotonic() > deadline:
+                raise EnvWorkerError(
+                    f"env worker {wk.index} did not start within {self.timeout:.0f} s.", worker=wk.index
+                )
+
+    @staticmethod
+    def _exitcode(wk: _Worker, wait_s: float = 2.0) -> int | None:
+        try:
+            return wk.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    # -- public API ----------------------------------------------------------------------
+    @property
+    def worker_pids(self) -> list[int]:
+        """PIDs of the worker processes (empty in serial mode)."""
+        return [wk.proc.pid for wk in self._workers]
+
+    # -- transport -----------------------------------------------------------------------
+    def _info(self) -> list[dict[str, Any]]:
         out = []
         for wk in self._workers:
             wk.conn.send(("info",))
@@ -393,12 +520,7 @@ class EnvPool:
             out.append(msg[1])
         return out
 
-    def close(self) -> None:
-        """Stop the workers and close the envs. Idempotent; safe after any error, including a
-        broken pool (dead or hung workers are killed)."""
-        if self._closed:
-            return
-        self._closed = True
+    def _shutdown(self) -> None:
         if self._envs:
             errors = []
             for i, env in enumerate(self._envs):
@@ -454,26 +576,7 @@ class EnvPool:
             if msg[0] == "closed":
                 return msg[1]
 
-    def __enter__(self) -> "EnvPool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # -- internals -----------------------------------------------------------------------
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise EnvError("this EnvPool is closed; create a new one.")
-        if self._broken is not None:
-            raise EnvWorkerError(
-                f"this EnvPool is broken by an earlier worker failure ({self._broken}); "
-                "call close() and create a new pool."
-            )
-        if self._pending_cmd is not None:
-            raise EnvError(f"an EnvPool {self._pending_cmd} is still pending; call {self._pending_cmd}_wait() first.")
-
-    def _send(self, cmd: str, args: list[Any]) -> None:
-        self._check_usable()
+    def _dispatch(self, cmd: str, args: list[Any]) -> None:
         if not self._workers:  # serial mode: run now, report in *_wait
             results: list[Any] = [None] * self.num_envs
             for i, arg in enumerate(args):
@@ -484,7 +587,6 @@ class EnvPool:
                 except Exception as e:
                     results[i] = e
             self._serial_results = results
-            self._pending_cmd = cmd
             return
         for wk in self._workers:
             wk.pending = [i for i in wk.env_indices if args[i] is not None]
@@ -492,19 +594,12 @@ class EnvPool:
                 try:
                     wk.conn.send((cmd, [(i, args[i]) for i in wk.pending]))
                 except (BrokenPipeError, OSError):
-                    pass  # the worker is dead; _wait reports it with its exit code
-        self._pending_cmd = cmd
+                    pass  # the worker is dead; _gather reports it with its exit code
 
-    def _task_id(self, i: int | None) -> str | None:
-        if i is None:
-            return None
-        t = self._tasks[i]
-        return t.task_id if t is not None else None
+    def _in_flight(self) -> bool:
+        return any(wk.pending for wk in self._workers)
 
-    def _wait(self, cmd: str) -> list[StepResult | None]:
-        if self._pending_cmd != cmd:
-            raise EnvError(f"{cmd}_wait() called without a pending {cmd}_async()")
-        self._pending_cmd = None
+    def _gather(self, cmd: str) -> tuple[list[StepResult | None], list[EnvWorkerError]]:
         results: list[StepResult | None] = [None] * self.num_envs
         errors: list[EnvWorkerError] = []
         if not self._workers:
@@ -522,19 +617,7 @@ class EnvPool:
                     errors[-1].__cause__ = r
                 else:
                     results[i] = r
-            if errors:
-                raise _first_of(errors)
-            return results
-        try:
-            return self._collect(cmd, results, errors)
-        except BaseException as e:
-            # Interrupted (e.g. KeyboardInterrupt) with replies still in flight: they would be
-            # read as the answers of the next call, so the pool cannot be used any more.
-            if self._broken is None and any(wk.pending for wk in self._workers):
-                self._broken = f"{cmd}_wait() was interrupted by {type(e).__name__} with replies still pending"
-            raise
-
-    def _collect(self, cmd: str, results: list[StepResult | None], errors: list[EnvWorkerError]) -> list[StepResult | None]:
+            return results, errors
         last_progress = {wk.index: time.monotonic() for wk in self._workers}
         while True:
             busy = [wk for wk in self._workers if wk.pending]
@@ -552,23 +635,12 @@ class EnvPool:
                     if kind == "ok":
                         results[i] = msg[2]
                     else:
-                        errors.append(
-                            EnvWorkerError(
-                                f"env {i} (task {self._task_id(i)}) raised in worker {wk.index} during {cmd}: {msg[2]}\n"
-                                f"Remote traceback:\n{msg[3]}",
-                                env_index=i,
-                                task_id=self._task_id(i),
-                                worker=wk.index,
-                                remote_traceback=msg[3],
-                            )
-                        )
+                        errors.append(self._env_error(i, wk.index, cmd, msg[2], msg[3]))
                 elif wk.proc.poll() is not None and not wk.conn.poll(0):
                     self._fail_dead(wk)
                 elif time.monotonic() - last_progress[wk.index] > self.timeout:
                     self._fail_hung(wk)
-        if errors:
-            raise _first_of(errors)
-        return results
+        return results, errors
 
     def _recv(self, wk: _Worker, since: float) -> tuple:
         """Receive one message from ``wk`` (waiting at most ``timeout`` from ``since``), or
@@ -589,12 +661,8 @@ class EnvPool:
         return wk.pending[0] if wk.pending else None
 
     def _fail(self, wk: _Worker, reason: str, exitcode: int | None = None) -> NoReturn:
-        i = self._current_env(wk)
-        task_id = self._task_id(i)
-        where = f"env {i} (task {task_id})" if i is not None else f"envs {wk.env_indices}"
-        msg = f"env worker {wk.index} (pid {wk.proc.pid}) serving {where}: {reason}"
-        self._broken = msg
-        raise EnvWorkerError(msg, env_index=i, task_id=task_id, worker=wk.index, exitcode=exitcode)
+        self._raise_broken(f"env worker {wk.index} (pid {wk.proc.pid})", wk.index, self._current_env(wk),
+                           wk.env_indices, reason, exitcode)
 
     def _fail_dead(self, wk: _Worker) -> NoReturn:
         code = self._exitcode(wk)

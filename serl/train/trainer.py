@@ -117,9 +117,18 @@ def default_run_name(cfg: Config) -> str:
 
 
 def make_pool(cfg: Config, num_envs: int):
-    """An :class:`EnvPool` of ``num_envs`` envs of ``cfg.env.name`` (worker processes)."""
+    """The env pool of ``num_envs`` envs of ``cfg.env.name``, as ``cfg.env.pool`` says: an
+    :class:`~serl.envs.pool.EnvPool` (worker processes; ``env.num_workers=0`` = one per CPU
+    core) or a :class:`~serl.envs.ray_pool.RayEnvPool` (Ray actors at ``env.ray_address``;
+    ``env.num_workers=0`` = one per CPU of the Ray cluster). The one place training and evaluation get a
+    pool. Raises ImportError (with the install command) for ``ray`` without Ray installed."""
     import os
 
+    if cfg.env.pool == "ray":
+        from serl.envs.ray_pool import RayEnvPool
+
+        return RayEnvPool(cfg.env.name, num_envs=num_envs, num_workers=cfg.env.num_workers,
+                          env_kwargs=env_kwargs(cfg), timeout=cfg.env.worker_timeout, address=cfg.env.ray_address)
     from serl.envs.pool import EnvPool
 
     workers = cfg.env.num_workers or (os.cpu_count() or 1)
