@@ -8,6 +8,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 import sys
+import uuid
 from typing import Iterable, Optional
 
 import torch
@@ -123,7 +124,7 @@ def _wandb_run(run_dir: Path, project: str, name: str, config: Optional[dict]):
     except ImportError as e:
         raise ConfigError("trainer.logger: wandb needs the wandb package (pip install 'serl[wandb]')") from e
     id_file = run_dir / "wandb_run_id"
-    run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
+    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
     run_dir.mkdir(parents=True, exist_ok=True)
     id_file.write_text(run_id + "\n")
     return wandb.init(project=project, name=name, id=run_id, resume="allow", config=config or {},
