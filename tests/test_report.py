@@ -226,3 +226,12 @@ def test_page_renders_in_headless_chromium(run_dir, chromium, tmp_path):
     r = _chromium(chromium, "--hide-scrollbars", "--window-size=1280,1600", f"--screenshot={shot}", page.as_uri())
     assert r.returncode == 0 and shot.exists() and shot.stat().st_size > 20_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_never_imports_the_trainer():
+    import grimp
+
+    graph = grimp.build_graph("serl", exclude_type_checking_imports=True)
+    for m in graph.find_descendants("serl.report"):
+        bad = {x for x in graph.find_modules_directly_imported_by(m) if x.startswith("serl.train")}
+        assert not bad, (m, bad)

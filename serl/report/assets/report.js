@@ -26,7 +26,9 @@
 
   function tick(v, range) {  // enough digits to tell the ticks of a narrow range apart
     var digits = Math.max(0, Math.ceil(-Math.log10(range / 4)) + 1);
-    return Math.abs(v) >= 1e4 ? v.toExponential(2) : v.toFixed(Math.min(digits, 8));
+    if (Math.abs(v) >= 1e4) return v.toExponential(2);
+    var t = v.toFixed(Math.min(digits, 8));
+    return t.length > 7 ? String(Number(v.toPrecision(6))) : t;
   }
 
   // ------------------------------------------------------------------ header
@@ -42,7 +44,7 @@
 
   // ------------------------------------------------------------------ curves
   function drawChart(panel) {
-    var W = 380, H = 210, L = 44, R = 8, T = 8, B = 24;
+    var W = 380, H = 210, L = 52, R = 8, T = 8, B = 24;
     var box = el("div", {"class": "chart", "data-title": panel.title});
     box.appendChild(el("h3", {}, panel.title));
     var xs = [], ys = [];
