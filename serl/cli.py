@@ -1,8 +1,9 @@
-"""``serl`` command line: train, eval, data.
+"""``serl`` command line: train, eval, report, sft, data.
 
     serl train [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR] [--data-dir DIR]
     serl eval  [recipe=NAME|PATH] [key=value ...] [--run RUN_DIR] [--split S] [--num-tasks N]
-               [--greedy] [--seed N] [--data-dir DIR]
+               [--greedy] [--seed N] [--data-dir DIR] [--out DIR|FILE.jsonl]
+    serl report RUN_DIR... [--out FILE.html] [--iteration N]
     serl sft   --data FILE.jsonl [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR]
     serl data download alfworld [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
@@ -115,11 +116,39 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(f"  {k[: -len('_success_rate')]:<36} {v:.3f}")
     if "webshop_task_score" in m:
         print(f"  webshop task score: {m['webshop_task_score']:.3f}")
-    out = Path(args.out) if args.out else (Path(args.run) if args.run else Path(cfg.trainer.output_dir)) / f"eval_{split}"
+    tasks_file = Path(args.out) if args.out and args.out.endswith(".jsonl") else None
+    out = Path(args.out) if args.out and tasks_file is None else \
+        (Path(args.run) if args.run else Path(cfg.trainer.output_dir)) / f"eval_{split}"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "metrics.json", json.dumps({"split": split, "mode": mode, "model": source, **m}, indent=2))
     write_jsonl(out / "trajectories.jsonl", res["trajectories"])
-    print(f"  written to {out}")
+    lines = "".join(json.dumps({"split": split, "mode": mode, **task_result(t)}) + "\n" for t in res["trajectories"])
+    atomic_write_text(out / "tasks.jsonl", lines)
+    if tasks_file is not None:
+        atomic_write_text(tasks_file, lines)
+        print(f"  per-task results: {tasks_file}")
+    print(f"  written to {out}" + (" (serl report shows it)" if args.run else ""))
+    return 0
+
+
+def task_result(traj) -> dict:
+    """One ``serl eval`` per-task line: the task, won, episode reward, steps, valid- and
+    admissible-action ratios, and the env's final-step info (e.g. WebShop's ``task_score``)."""
+    steps = traj.steps
+    info = steps[-1].info if steps else {}
+    return {"task_id": traj.task.task_id, "task_type": traj.task.task_type, "task_text": traj.task_text,
+            "won": traj.won, "episode_reward": traj.episode_reward, "length": traj.length,
+            "valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps)),
+            "admissible_action_ratio": sum(s.action in s.admissible_actions for s in steps) / max(1, len(steps)),
+            **{k: v for k, v in info.items() if isinstance(v, (int, float, str, bool))}}
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``serl report``: one self-contained HTML page of one or more run folders."""
+    from serl.report.html import write_report
+
+    path = write_report(args.run_dirs, args.out, args.iteration)
+    print(f"serl report: {path} ({path.stat().st_size / 1e6:.2f} MB; open it in a browser)")
     return 0
 
 
@@ -250,8 +279,20 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--greedy", action="store_true", help="greedy decoding (default: seeded sampling at rollout.val_temperature)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--data-dir", help="data folder (sets env.data_dir)")
-    e.add_argument("--out", help="output folder (default <run>/eval_<split> or <output_dir>/eval_<split>)")
+    e.add_argument("--out", help="FILE.jsonl: also write the per-task results (one JSON line per task) there; "
+                   "otherwise the output folder (default <run>/eval_<split> or <output_dir>/eval_<split>: "
+                   "metrics.json, trajectories.jsonl, tasks.jsonl)")
     e.set_defaults(fn=cmd_eval)
+
+    r = sub.add_parser("report", help="one self-contained HTML page of runs: curves, evals, trajectories, SERL weights",
+                       description="Write one HTML file (inline JS/CSS/SVG; no server, no network) with the "
+                       "curves of one or more runs overlaid, their serl eval results, and a trajectory browser "
+                       "of the traced iterations (trainer.trace_freq) with SERL's per-token weights.")
+    r.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders of serl train")
+    r.add_argument("--out", metavar="FILE.html", help="output file (default <first RUN_DIR>/report.html)")
+    r.add_argument("--iteration", type=int, default=None,
+                   help="show the trajectories of this traced iteration (default: the newest 8 traced)")
+    r.set_defaults(fn=cmd_report)
 
     s = sub.add_parser("sft", help="supervised fine-tuning on expert rows (a cold start for RL)",
                        description="Fine-tune the policy on expert step rows (JSONL from `serl data expert`): "

@@ -42,7 +42,7 @@ DEFAULT_RECIPE = "cpu"
 
 DTYPES = ("auto", "bfloat16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
-LOGGERS = ("jsonl", "tensorboard")
+LOGGERS = ("jsonl", "tensorboard", "console", "wandb")
 ROLLOUT_ENGINES = ("hf",)
 #: env pools: local worker processes, or Ray actors (``pip install 'serl[ray]'``)
 ENV_POOLS = ("process", "ray")
@@ -627,8 +627,22 @@ class TrainerConfig:
     #: evaluate every this many iterations (0 = never during training)
     test_freq: int = 0
     val_before_train: bool = False
-    #: jsonl and/or tensorboard
+    #: metric sinks: jsonl (``<run>/metrics.jsonl``, read by ``serl report``), tensorboard, console
+    #: (one line per iteration on stderr), wandb (Weights & Biases; ``pip install serl[wandb]``;
+    #: project ``trainer.project_name``, run ``run_name``; ``WANDB_MODE=offline`` works offline)
     logger: list = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    #: the W&B project (verl's key)
+    project_name: str = "serl"
+    #: record a trajectory trace for ``serl report`` every this many iterations (0 = off):
+    #: ``<run>/trace/<iteration>.jsonl`` with replies, action-token spans, advantages and SERL's
+    #: per-token weights of a sample of whole trajectories
+    trace_freq: int = 1
+    #: at most this many step rows per trace file (whole trajectories)
+    trace_max_rows: int = 32
+    #: cut observations, feedback and SERL contexts in the trace to this many characters
+    trace_max_text_chars: int = 4000
+    #: at most this many bytes per trace file (trajectories dropped from the end to fit)
+    trace_max_bytes: int = 1_000_000
     #: torch threads; 0 = all cores
     num_threads: int = 0
     #: auto | cpu | cuda
@@ -638,13 +652,18 @@ class TrainerConfig:
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``trainer.<key>``: negative step counts, an unknown
-        device or logger, or a ``run_name`` that would leave ``output_dir`` (absolute, ``..``
+        device or logger, trace bounds out of range, or a ``run_name`` that would leave ``output_dir`` (absolute, ``..``
         or a path separator)."""
         _check(self.total_training_steps >= 0, "trainer.total_training_steps", "must be >= 0")
         _check(self.save_freq >= 0, "trainer.save_freq", "must be >= 0 (0 = only at the end)")
         _check(self.max_checkpoints_to_keep >= 0, "trainer.max_checkpoints_to_keep", "must be >= 0 (0 = all)")
         _check(self.test_freq >= 0, "trainer.test_freq", "must be >= 0 (0 = never during training)")
         _check(self.num_threads >= 0, "trainer.num_threads", "must be >= 0 (0 = all cores)")
+        _check(self.trace_freq >= 0, "trainer.trace_freq", "must be >= 0 (0 = off)")
+        _check(self.trace_max_rows >= 1, "trainer.trace_max_rows", "must be >= 1 (turn the trace off with trace_freq=0)")
+        _check(self.trace_max_text_chars >= 100, "trainer.trace_max_text_chars", "must be >= 100")
+        _check(self.trace_max_bytes >= 10_000, "trainer.trace_max_bytes", "must be >= 10000")
+        _check(bool(self.project_name), "trainer.project_name", "must be a non-empty name")
         _check(self.device in DEVICES, "trainer.device", f"unknown device {self.device!r}; valid: {list(DEVICES)}")
         for lg in self.logger:
             _check(lg in LOGGERS, "trainer.logger", f"unknown logger {lg!r}; valid: {', '.join(LOGGERS)}")

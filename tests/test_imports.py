@@ -19,6 +19,7 @@ import pytest
 #: leaves that anyone may import.
 LAYERS = [
     "serl.cli",
+    "serl.report",
     "serl.train",
     "serl.models",
     "serl.config",

@@ -7,10 +7,13 @@ import json
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterable
+import sys
+import uuid
+from typing import Iterable, Optional
 
 import torch
 
+from serl.errors import ConfigError
 from serl.trajectory import Group
 
 
@@ -33,16 +36,31 @@ class MetricMeans:
         return {k: self._sums[k] / self._counts[k] for k in self._sums}
 
 
+#: the metrics of the one-line ``console`` sink, with their short names
+CONSOLE_KEYS = {"episode/success_rate": "success", "episode/reward/mean": "reward",
+                "episode/valid_action_ratio": "valid", "critic/advantages/nonzero_fraction": "adv!=0",
+                "serl_action_mask/weight_mean": "W", "actor/pg_loss": "pg_loss", "timing/iteration_s": "s",
+                "val/success_rate": "val_success"}
+
+
 class MetricsLogger:
     """Appends one JSON line per iteration to ``<run>/metrics.jsonl`` (flushed and fsynced, so a
-    crash loses at most the line being written) and mirrors scalars to TensorBoard.
+    crash loses at most the line being written) and mirrors scalars to TensorBoard, the console
+    and Weights & Biases (verl's ``trainer.logger`` sinks).
 
     Args:
         run_dir: the run folder.
-        sinks: any of ``jsonl``, ``tensorboard``.
+        sinks: any of ``jsonl``, ``tensorboard``, ``console`` (one line per logged record on
+            stderr), ``wandb``.
+        project: the W&B project; run_name: the W&B run name (default: the run folder's name).
+        config: the run's config as a plain dict, for W&B.
+
+    Raises:
+        ConfigError: ``wandb`` is asked for but the ``wandb`` package is not installed.
     """
 
-    def __init__(self, run_dir: Path, sinks: Iterable[str]):
+    def __init__(self, run_dir: Path, sinks: Iterable[str], project: str = "serl", run_name: Optional[str] = None,
+                 config: Optional[dict] = None):
         self.run_dir = Path(run_dir)
         self.sinks = set(sinks)
         self.path = self.run_dir / "metrics.jsonl"
@@ -51,6 +69,8 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        self.wandb = _wandb_run(self.run_dir, project, run_name or self.run_dir.name, config) \
+            if "wandb" in self.sinks else None
 
     def truncate_after(self, iteration: int) -> None:
         """On resume: drop lines of iterations after the checkpoint (they will be redone)."""
@@ -82,10 +102,33 @@ class MetricsLogger:
                 if k != "iteration":
                     self.tb.add_scalar(k, v, iteration)
             self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log({k: v for k, v in rec.items() if k != "iteration"}, step=iteration)
+        if "console" in self.sinks:
+            parts = [f"{short} {rec[k]:.3g}" for k, short in CONSOLE_KEYS.items() if k in rec]
+            print(f"serl iteration {iteration}: " + ", ".join(parts), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+            self.wandb = None
+
+
+def _wandb_run(run_dir: Path, project: str, name: str, config: Optional[dict]):
+    """A W&B run writing under ``run_dir`` (its id kept in ``<run_dir>/wandb_run_id``, so a resumed
+    serl run continues the same W&B run); honours ``WANDB_MODE`` (e.g. ``offline``) and ``WANDB_DIR``."""
+    try:
+        import wandb
+    except ImportError as e:
+        raise ConfigError("trainer.logger: wandb needs the wandb package (pip install 'serl[wandb]')") from e
+    id_file = run_dir / "wandb_run_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    id_file.write_text(run_id + "\n")
+    return wandb.init(project=project, name=name, id=run_id, resume="allow", config=config or {},
+                      dir=os.environ.get("WANDB_DIR", str(run_dir)))
 
 
 def rollout_metrics(groups: list[Group], prefix: str = "episode") -> dict[str, float]:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
+import yaml
 
 from serl.algos.advantages import (anchor_group_sizes, discounted_step_returns, get_advantage_fn,
                                    gigpo_anchor_index, invalid_action_penalty)
@@ -65,7 +66,8 @@ from serl.train.checkpoint import load_checkpoint, load_newest_intact, remove_st
 from serl.train.run_dir import RunLock, check_new_run_dir, check_output_dir, create_run_dir
 from serl.train.metrics import (MetricMeans, MetricsLogger, advantage_signal_metrics, rollout_metrics,
                                 success_by_type)
-from serl.train.teacher_log import TeacherLogWriter, teacher_log_row
+from serl.train.teacher_log import (TeacherLogWriter, TraceWriter, serl_trace_fields, teacher_log_row,
+                                    token_char_spans, trace_row, trace_sample)
 from serl.trajectory import Group, Step, Trajectory, iter_steps, write_jsonl
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
 
@@ -210,6 +212,8 @@ class Trainer:
         self._load_models()
         self.context_builder = SerlContextBuilder(cfg.algorithm.serl) if self.teacher else None
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
+        self.trace = TraceWriter(self.run_dir, cfg.trainer)
+        self._row_contexts: list = []  # the kept rows' privileged contexts of this iteration (SERL)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.actor.lr,
                                            weight_decay=cfg.actor.weight_decay)
         self.engine = HFEngine(self.rollout_model, self.tokenizer, cfg.rollout.micro_batch_size)
@@ -230,7 +234,8 @@ class Trainer:
         if not resume:  # every start-up check passed: now the folder may exist
             self._run_lock = create_run_dir(self.run_dir, cfg.trainer.overwrite)
             atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
-        self.logger = MetricsLogger(self.run_dir, cfg.trainer.logger)
+        self.logger = MetricsLogger(self.run_dir, cfg.trainer.logger, project=cfg.trainer.project_name,
+                                    config=yaml.safe_load(to_yaml(cfg)) if "wandb" in cfg.trainer.logger else None)
         if resume:
             self._resume()
 
@@ -366,6 +371,9 @@ class Trainer:
 
         # ---- 7. SPEAR: drop stale entries, admit this step's positive-advantage rows
         self._store_replay_rows(table, adv, batch.old_log_probs, step, metrics)
+        t3 = time.time()
+        self._write_trace(groups, table, adv, batch)  # serl report's sampled trajectories
+        timing["timing/trace_s"] = time.time() - t3
 
         # ---- 8. counters, rollout-copy and teacher sync
         self._after_update(metrics)
@@ -379,6 +387,7 @@ class Trainer:
         return {
             "timing/rollout_s": timing["timing/rollout_s"], "timing/teacher_s": timing["timing/teacher_s"],
             "timing/update_s": t_update, "timing/reference_s": timing["timing/reference_s"],
+            "timing/trace_s": timing["timing/trace_s"],
             "timing/iteration_s": time.time() - t0, "training/update_step": self.update_step,
             "throughput/update_tokens_per_s": sum(len(s.prompt_ids) + len(s.response_ids) for s in rows) / max(t_update, 1e-9),
             "throughput/response_tokens": sum(len(s.response_ids) for s in rows),
@@ -624,12 +633,34 @@ class Trainer:
             ids, ok = (None, False) if ctx is None else teacher_prompt_ids(
                 self.tokenizer, s.prompt, ctx.block(), cap, sc.reprompt_truncation)
             t_prompts.append(ids if ok else None)
+        self._row_contexts = [c if tp is not None else None for c, tp in zip(contexts, t_prompts)]
         if self.teacher_log.should_write(self.iteration + 1):
             self.teacher_log.write(self.iteration + 1, [
                 teacher_log_row(g, t, s, ctx if tp is not None else None, mode=sc.sampling_mode,
                                 teacher_prompt=self.tokenizer.decode(tp) if tp is not None else None)
                 for (g, t, s), ctx, tp in zip(triples, contexts, t_prompts)])
         return contexts, t_prompts
+
+    def _write_trace(self, groups: list[Group], table: StepTable, adv: torch.Tensor, batch: UpdateBatch) -> None:
+        """Write the sampled, bounded trajectory trace of this iteration (:class:`TraceWriter`): whole
+        trajectories of the trained rows with token spans, advantages (``adv`` ``[rows]``) and, with
+        SERL, each token's weight W (after the update: ``batch.old_log_probs`` are all known)."""
+        it = self.iteration + 1
+        if not self.trace.should_write(it):
+            return
+        trajs = {t.traj_uid: t for g in groups for t in g.trajectories}
+        sc, rows = self.cfg.algorithm.serl, []
+        for i in trace_sample(table.traj_uids, it, self.trace.max_rows):
+            s, trained = table.rows[i], bool(table.row_mask[i] > 0)
+            serl = None
+            if self.teacher is not None:
+                t_lp = batch.teacher_log_probs[i] if batch.teacher_log_probs is not None else None
+                ctx = self._row_contexts[i] if i < len(self._row_contexts) else None
+                serl = serl_trace_fields(float(adv[i]), batch.old_log_probs[i], t_lp, s.action_mask, trained,
+                                         batch.serl_lambda, sc.weight_clip, ctx)
+            spans = token_char_spans(self.tokenizer, s.response_ids)
+            rows.append(trace_row(trajs[table.traj_uids[i]], s, spans, float(adv[i]), trained, serl))
+        self.trace.write(it, rows)
 
     def _serl_metrics(self, rows: list[Step], contexts: list, has_ctx: list[bool]) -> dict[str, float]:
         """Driver-side SERL metrics of the iteration (the context builder's, plus context and
