@@ -1,6 +1,8 @@
 """Atomic checkpoints: ``<run>/checkpoints/iter_<N>/`` with a ``latest`` pointer.
 
-A checkpoint folder holds ``policy.safetensors``, ``teacher.safetensors`` (if SERL is on),
+A checkpoint folder holds ``policy.safetensors``, ``teacher.safetensors`` (if SERL is on, in the
+teacher's own inference dtype; left out when the teacher equals the policy cast to that dtype,
+e.g. right after a teacher sync: ``state.pt`` then says so and loading rebuilds it),
 ``optimizer.pt``, and ``state.pt`` (update counter, iteration, data cursor, RNG states, SERL
 context-builder and replay-buffer state). It is written to a hidden temp folder, fsynced, and
 renamed into place; ``latest`` is then replaced atomically. An interrupted save leaves the
@@ -56,6 +58,24 @@ def _state_dict_for_save(model) -> dict[str, torch.Tensor]:
     return out
 
 
+@torch.no_grad()
+def _equals_cast_policy(teacher, policy) -> bool:
+    """True if every teacher tensor equals the policy's tensor cast to the teacher's dtype."""
+    src = policy.state_dict()
+    for k, v in teacher.state_dict().items():
+        if k not in src or src[k].shape != v.shape or not torch.equal(src[k].to(v.dtype), v):
+            return False
+    return True
+
+
+@torch.no_grad()
+def _copy_cast(policy, teacher) -> None:
+    """The teacher's tensors := the policy's, cast to the teacher's dtype."""
+    src = policy.state_dict()
+    for k, v in teacher.state_dict().items():
+        v.copy_(src[k].to(v.dtype))
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -86,10 +106,12 @@ def save_checkpoint(run_dir: Path, iteration: int, policy, optimizer, state: dic
     tmp = Path(tempfile.mkdtemp(dir=ck_root, prefix=f".tmp_iter_{iteration:06d}_"))
     try:
         save_file(_state_dict_for_save(policy), str(tmp / "policy.safetensors"))
-        if teacher is not None:
+        teacher_from_policy = teacher is not None and _equals_cast_policy(teacher, policy)
+        if teacher is not None and not teacher_from_policy:
             save_file(_state_dict_for_save(teacher), str(tmp / "teacher.safetensors"))
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save({**state, "iteration": iteration, "rng": rng_state()}, tmp / "state.pt")
+        torch.save({**state, "iteration": iteration, "rng": rng_state(), "teacher_from_policy": teacher_from_policy},
+                   tmp / "state.pt")
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -131,15 +153,18 @@ def load_checkpoint(folder: Path, policy, optimizer=None, teacher=None) -> dict[
     try:
         missing, unexpected = policy.load_state_dict(load_file(str(folder / "policy.safetensors")), strict=False)
         _check_keys(policy, missing, unexpected, folder / "policy.safetensors")
+        state = torch.load(folder / "state.pt", weights_only=False)
         if teacher is not None:
             tf = folder / "teacher.safetensors"
-            if not tf.exists():
+            if state.get("teacher_from_policy") and not tf.exists():
+                _copy_cast(policy, teacher)
+            elif not tf.exists():
                 raise CheckpointError(f"{folder} has no teacher.safetensors but SERL is on")
-            missing, unexpected = teacher.load_state_dict(load_file(str(tf)), strict=False)
-            _check_keys(teacher, missing, unexpected, tf)
+            else:
+                missing, unexpected = teacher.load_state_dict(load_file(str(tf)), strict=False)
+                _check_keys(teacher, missing, unexpected, tf)
         if optimizer is not None:
             optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=False))
-        state = torch.load(folder / "state.pt", weights_only=False)
     except (OSError, RuntimeError) as e:
         if isinstance(e, CheckpointError):
             raise
