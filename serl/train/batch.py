@@ -428,6 +428,14 @@ class UpdateBatch:
         return pad_rows(getattr(self, name), width)
 
 
+def _score_groups(prompts: Sequence[list[int]], responses: Sequence[list[int]], mb: int, bucket: bool
+                  ) -> list[list[int]]:
+    """Row positions of each scoring micro-batch: grouped by length, or consecutive."""
+    if bucket:
+        return length_buckets([len(p) + len(r) for p, r in zip(prompts, responses)], mb)
+    return [list(range(k, min(k + mb, len(prompts)))) for k in range(0, len(prompts), mb)]
+
+
 def score_logprobs(
     model,
     batch: UpdateBatch,
@@ -441,23 +449,18 @@ def score_logprobs(
     progress: Optional[Callable[[int, int], None]] = None,
     bucket: bool = True,
 ) -> list[torch.Tensor]:
-    """Log-probs of each row's response tokens under a frozen ``model``, in inference mode, in
-    micro-batches of ``micro_batch_size`` rows (teacher, reference, old log-probs).
-
-    With ``bucket`` the rows are grouped by length (:func:`length_buckets`) so a micro-batch
-    pads little; without it they go in consecutive order. Either way the result is in the
-    batch's row order, and the LM head runs on response positions only
-    (:func:`response_logprobs`).
+    """Log-probs of each row's response tokens under a frozen ``model`` (teacher, reference, old
+    log-probs), in inference mode, in micro-batches of ``micro_batch_size`` rows: grouped by
+    length (:func:`length_buckets`) with ``bucket``, else consecutive; results in row order.
 
     Args:
         model: a causal LM (its train/eval mode is the caller's).
         batch: the rows; their ``response_ids`` are scored.
-        micro_batch_size: rows per forward pass (``actor.log_prob_micro_batch_size_per_gpu``).
+        micro_batch_size: rows per forward pass.
         prompt_ids: the prompts to score under, one per row (SERL's teacher prompts); None =
             ``batch.prompt_ids``.
         autocast: a context-manager factory wrapped around each forward pass.
         progress: called as ``progress(rows_done, rows_total)`` before each micro-batch.
-        bucket: sort rows by length into micro-batches.
 
     Returns:
         Per row a ``[L_i]`` float32 CPU tensor (nats).
@@ -468,15 +471,11 @@ def score_logprobs(
     prompts = batch.prompt_ids if prompt_ids is None else prompt_ids
     if len(prompts) != len(batch):
         raise ValueError(f"{len(prompts)} prompts for {len(batch)} rows")
-    mb, n = max(1, micro_batch_size), len(batch)
-    if bucket:
-        groups = length_buckets([len(p) + len(r) for p, r in zip(prompts, batch.response_ids)], mb)
-    else:
-        groups = [list(range(k, min(k + mb, n))) for k in range(0, n, mb)]
+    n = len(batch)
     out: list[Optional[torch.Tensor]] = [None] * n
     done = 0
     with torch.inference_mode():
-        for idx in groups:
+        for idx in _score_groups(prompts, batch.response_ids, max(1, micro_batch_size), bucket):
             if progress is not None:
                 progress(done, n)
             responses = [batch.response_ids[i] for i in idx]
