@@ -16,10 +16,14 @@ the current one, side by side in one run on the same batch, with the real SmolLM
   ``generate`` with the default dynamic KV cache, with a static KV cache, and (``--compile``)
   with a static cache and a ``torch.compile``\\ d decode step. Sampled tokens/s.
 
+Every figure is given per wall second and per CPU second of this process (``time.process_time``).
+On a shared machine run it with one thread (``trainer.num_threads=1``, ``OMP_NUM_THREADS=1``):
+per CPU second then equals wall throughput on one dedicated core, and holds up under contention.
+
 The rows come from a ``last_rollout.jsonl`` of a real ``serl train`` run (``--rollout``), else
 synthetic rows with ALFWorld-like lengths (prompt 400–1100 tokens, response 30–55).
 
-    OMP_NUM_THREADS=1 python benchmarks/throughput.py --rollout RUN/last_rollout.jsonl
+    OMP_NUM_THREADS=1 python benchmarks/throughput.py --rollout RUN/last_rollout.jsonl trainer.num_threads=1
 """
 
 from __future__ import annotations
@@ -81,15 +85,28 @@ def load_rows(path: str | None, n: int, seed: int) -> list[Step]:
     return out
 
 
-def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 3) -> float:
-    """Best FLOP/s of an ``n×n @ n×n`` matmul in ``dtype`` on this process's threads."""
+class Clock:
+    """Wall and process-CPU seconds of a block: ``with Clock() as c: ...; c.wall, c.cpu``."""
+
+    def __enter__(self):
+        self._w, self._c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self._w, time.process_time() - self._c
+        return False
+
+
+def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    """Best FLOP per CPU second of an ``n×n @ n×n`` matmul in ``dtype`` (per thread-second: with
+    one thread, the peak of one core)."""
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     torch.matmul(a, b)
     best = float("inf")
     for _ in range(reps):
-        t = time.perf_counter()
-        torch.matmul(a, b)
-        best = min(best, time.perf_counter() - t)
+        with Clock() as c:
+            torch.matmul(a, b)
+        best = min(best, c.cpu)
     return 2 * n ** 3 / best
 
 
@@ -123,29 +140,29 @@ def former_path(tr: Trainer):
          a.use_dynamic_bsz, tr.optimizer) = saved
 
 
-def time_update(tr: Trainer, rows: list[Step], state) -> float:
+def time_update(tr: Trainer, rows: list[Step], state) -> Clock:
     tr.policy.load_state_dict(state)
     g = torch.Generator().manual_seed(0)
     adv = torch.randn(len(rows), generator=g)
     batch = UpdateBatch.from_steps(rows, adv, torch.ones(len(rows)))
-    t = time.perf_counter()
-    tr._update(batch, step=1)
-    return time.perf_counter() - t
+    with Clock() as c:
+        tr._update(batch, step=1)
+    return c
 
 
-def time_scoring(tr: Trainer, rows: list[Step]) -> float:
+def time_scoring(tr: Trainer, rows: list[Step]) -> Clock:
     batch = UpdateBatch.from_steps(rows, torch.zeros(len(rows)), torch.ones(len(rows)))
-    t = time.perf_counter()
-    tr._score(tr.teacher.model, batch)
-    return time.perf_counter() - t
+    with Clock() as c:
+        tr._score(tr.teacher.model, batch)
+    return c
 
 
-def time_generation(engine: HFEngine, prompts: list[list[int]], new_tokens: int) -> tuple[float, int]:
+def time_generation(engine: HFEngine, prompts: list[list[int]], new_tokens: int) -> tuple[Clock, int]:
     params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, do_sample=True, seed=0)
     engine.generate(prompts[:1], SamplingParams(max_new_tokens=2, do_sample=False))  # warm-up
-    t = time.perf_counter()
-    out = engine.generate(prompts, params)
-    return time.perf_counter() - t, sum(len(r) for r in out)
+    with Clock() as c:
+        out = engine.generate(prompts, params)
+    return c, sum(len(r) for r in out)
 
 
 def main(argv: list[str]) -> dict:
@@ -178,9 +195,10 @@ def run(tr: Trainer, args) -> dict:
            "threads": torch.get_num_threads(), "train_dtype": str(train_dtype), "infer_dtype": str(tr.infer_dtype),
            "gradient_checkpointing": tr.cfg.model.gradient_checkpointing, "rows_source": args.rollout or "synthetic",
            "update_rows": len(upd), "update_tokens": sum(len(s.prompt_ids) + len(s.response_ids) for s in upd)}
-    print(f"CPU {res['cpu']} ({res['torch_cpu_capability']}), {res['threads']} threads; train dtype "
-          f"{train_dtype} (fp32 master + autocast), inference dtype {tr.infer_dtype}", file=sys.stderr)
     res["gemm_peak_flops"] = gemm_peak(train_dtype)
+    print(f"CPU {res['cpu']} ({res['torch_cpu_capability']}), {res['threads']} threads; train dtype "
+          f"{train_dtype} (fp32 master + autocast), inference dtype {tr.infer_dtype}; GEMM peak "
+          f"{res['gemm_peak_flops'] / 1e9:.1f} GFLOP per CPU-s in {train_dtype}", file=sys.stderr)
     flops = update_flops(tr.policy, upd)
     state = copy.deepcopy(tr.policy.state_dict())
     time_scoring(tr, score_rows[:2])  # warm-up (oneDNN kernels)
@@ -188,25 +206,27 @@ def run(tr: Trainer, args) -> dict:
         with ctx:
             if label == "current":
                 tr.cfg.actor.use_dynamic_bsz = True
-            t_upd = time_update(tr, upd, state)
-            t_score = time_scoring(tr, score_rows)
-        res[f"{label}_update_s"] = t_upd
-        res[f"{label}_update_tokens_per_s"] = res["update_tokens"] / t_upd
-        res[f"{label}_update_mfu"] = flops / t_upd / res["gemm_peak_flops"]
-        res[f"{label}_teacher_rows_per_s"] = len(score_rows) / t_score
-        print(f"{label}: update {res[f'{label}_update_tokens_per_s']:.1f} tok/s (MFU "
-              f"{res[f'{label}_update_mfu']:.3f}), teacher scoring {res[f'{label}_teacher_rows_per_s']:.2f} rows/s",
-              file=sys.stderr)
+            cu = time_update(tr, upd, state)
+            cs = time_scoring(tr, score_rows)
+        res.update({f"{label}_update_wall_s": cu.wall, f"{label}_update_cpu_s": cu.cpu,
+                    f"{label}_update_tokens_per_cpu_s": res["update_tokens"] / cu.cpu,
+                    f"{label}_update_tokens_per_wall_s": res["update_tokens"] / cu.wall,
+                    f"{label}_update_mfu": flops / cu.cpu / res["gemm_peak_flops"],
+                    f"{label}_teacher_wall_s": cs.wall, f"{label}_teacher_cpu_s": cs.cpu,
+                    f"{label}_teacher_rows_per_cpu_s": len(score_rows) / cs.cpu})
+        print(f"{label}: update {res[f'{label}_update_tokens_per_cpu_s']:.1f} tok/CPU-s (MFU "
+              f"{res[f'{label}_update_mfu']:.3f}; wall {cu.wall:.0f} s), teacher scoring "
+              f"{res[f'{label}_teacher_rows_per_cpu_s']:.2f} rows/CPU-s (wall {cs.wall:.0f} s)", file=sys.stderr)
     prompts = [s.prompt_ids for s in rows[: args.gen_batch]]
     variants = [("dynamic_cache", {}), ("static_cache", {"cache_implementation": "static"})]
     if args.compile:
         variants.append(("static_compiled", {"cache_implementation": "static", "compile_decode": True}))
     for label, kw in variants:
         eng = HFEngine(tr.rollout_model, tr.tokenizer, args.gen_batch, **kw)
-        t, n = time_generation(eng, prompts, args.gen_tokens)
-        res[f"generation_{label}_tokens_per_s"] = n / t
-        res[f"generation_{label}_tokens"] = n
-        print(f"generation {label}: {n} tokens in {t:.1f} s = {n / t:.2f} tok/s", file=sys.stderr)
+        c, n = time_generation(eng, prompts, args.gen_tokens)
+        res.update({f"generation_{label}_tokens": n, f"generation_{label}_wall_s": c.wall,
+                    f"generation_{label}_tokens_per_cpu_s": n / c.cpu})
+        print(f"generation {label}: {n} tokens, {n / c.cpu:.2f} tok/CPU-s (wall {c.wall:.0f} s)", file=sys.stderr)
     return res
 
 
