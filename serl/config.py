@@ -232,8 +232,10 @@ class ActorConfig:
     #: process here)
     ppo_max_token_len_per_gpu: int = 16384
     #: rows per forward pass of the scoring passes (old log-probs, SERL teacher, KL reference):
-    #: inference mode, rows grouped by length (verl's ``log_prob_micro_batch_size_per_gpu``)
-    log_prob_micro_batch_size_per_gpu: int = 16
+    #: inference mode, rows grouped by length (verl's ``log_prob_micro_batch_size_per_gpu``).
+    #: On CPU a larger micro-batch gains nothing and pads more (8 rows scored 20% slower than
+    #: 4, BENCHMARKS.md); raise it on a GPU
+    log_prob_micro_batch_size_per_gpu: int = 4
     ppo_epochs: int = 1
     #: policy loss registry name (``loss_mode`` in verl): vanilla (PPO clip + dual clip), ...
     policy_loss: str = "vanilla"
