@@ -35,6 +35,7 @@ from serl.algos.filters import ROLLOUT_FILTER_TYPES
 from serl.algos.losses import AGG_MODES, KL_TYPES, POLICY_LOSS_REGISTRY
 from serl.algos.spear import STALENESS_REFERENCES, TOOLCALL_MODES
 from serl.envs.base import env_names
+from serl.rollout.engine import ENGINE_REGISTRY
 from serl.errors import ConfigError  # noqa: F401  (re-exported)
 
 RECIPE_DIR = Path(__file__).parent / "recipes"
@@ -43,7 +44,8 @@ DEFAULT_RECIPE = "cpu"
 DTYPES = ("auto", "bfloat16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("jsonl", "tensorboard", "console", "wandb")
-ROLLOUT_ENGINES = ("hf",)
+#: ``rollout.engine`` values: ``auto`` plus the engines of :data:`serl.rollout.engine.ENGINE_REGISTRY`
+ROLLOUT_ENGINES = ("auto",) + tuple(ENGINE_REGISTRY)
 #: env pools: local worker processes, or Ray actors (``pip install 'serl[ray]'``)
 ENV_POOLS = ("process", "ray")
 
@@ -220,8 +222,9 @@ class DataConfig:
 class RolloutConfig:
     """Sampling of responses."""
 
-    #: hf (transformers generate). A vLLM engine for GPUs is planned, not implemented yet
-    engine: str = "hf"
+    #: auto | hf (transformers generate). ``auto`` = the fastest engine available on the device
+    #: (today always hf; printed at start-up). A vLLM engine for GPUs is planned, not implemented yet
+    engine: str = "auto"
     temperature: float = 1.0
     top_p: float = 1.0
     #: -1 = no top-k (verl convention)
@@ -240,7 +243,7 @@ class RolloutConfig:
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``rollout.<key>``."""
         _check(self.engine in ROLLOUT_ENGINES, "rollout.engine",
-               f"unknown engine {self.engine!r}; only 'hf' (transformers generate) exists so far")
+               f"unknown engine {self.engine!r}; valid: {list(ROLLOUT_ENGINES)} (vLLM is not implemented yet)")
         _check(math.isfinite(self.temperature) and self.temperature > 0, "rollout.temperature",
                f"must be finite and > 0, got {self.temperature}")
         _check(not self.val_do_sample or (math.isfinite(self.val_temperature) and self.val_temperature > 0),
@@ -266,6 +269,19 @@ class ActorConfig:
     ppo_mini_batch_size: int = 256
     #: step rows per forward/backward (gradient accumulation inside a mini-batch)
     ppo_micro_batch_size: int = 8
+    #: verl's name: micro-batches of the update formed by length (rows sorted by prompt +
+    #: response length, packed up to ``ppo_max_token_len_per_gpu`` padded tokens and at most
+    #: ``ppo_micro_batch_size`` rows) instead of consecutive rows: less padding. It regroups the
+    #: rows, so a token-mean loss weighs tokens per micro-batch differently (as verl)
+    use_dynamic_bsz: bool = False
+    #: padded-token budget of one update micro-batch with ``use_dynamic_bsz`` (verl's name; per
+    #: process here)
+    ppo_max_token_len_per_gpu: int = 16384
+    #: rows per forward pass of the scoring passes (old log-probs, SERL teacher, KL reference):
+    #: inference mode, rows grouped by length (verl's ``log_prob_micro_batch_size_per_gpu``).
+    #: On CPU a larger micro-batch gains nothing and pads more (8 rows scored 20% slower than
+    #: 4, BENCHMARKS.md); raise it on a GPU
+    log_prob_micro_batch_size_per_gpu: int = 4
     ppo_epochs: int = 1
     #: policy loss registry name (``loss_mode`` in verl): vanilla (PPO clip + dual clip), ...
     policy_loss: str = "vanilla"
@@ -311,6 +327,8 @@ class ActorConfig:
         ``kl_loss_type``, and the Clip-Cov / KL-Cov ranges."""
         _check(self.ppo_micro_batch_size >= 1, "actor.ppo_micro_batch_size", "must be >= 1")
         _check(self.ppo_mini_batch_size >= 1, "actor.ppo_mini_batch_size", "must be >= 1")
+        _check(self.ppo_max_token_len_per_gpu >= 1, "actor.ppo_max_token_len_per_gpu", "must be >= 1")
+        _check(self.log_prob_micro_batch_size_per_gpu >= 1, "actor.log_prob_micro_batch_size_per_gpu", "must be >= 1")
         _check(self.ppo_epochs >= 1, "actor.ppo_epochs", "must be >= 1")
         _check(math.isfinite(self.lr) and self.lr > 0, "actor.lr", f"must be finite and > 0, got {self.lr}")
         _check(math.isfinite(self.clip_ratio) and self.clip_ratio > 0, "actor.clip_ratio",

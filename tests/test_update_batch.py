@@ -7,7 +7,7 @@ import torch
 
 from serl.algos.spear import ReplayRow
 from serl.models.loading import load_causal_lm
-from serl.train.batch import UpdateBatch, collate, pad_rows, response_logprobs, score_logprobs
+from serl.train.batch import UpdateBatch, collate, length_buckets, pad_rows, response_logprobs, score_logprobs
 from serl.trajectory import Step
 
 
@@ -66,9 +66,15 @@ def test_score_logprobs_matches_one_forward_and_takes_given_prompts(tiny_model_d
     seen = []
     out = score_logprobs(model, b, 2, pad_id=0, temperature=0.7, progress=lambda k, n: seen.append((k, n)))
     assert seen == [(0, 3), (2, 3)] and [o.shape[0] for o in out] == [2, 3, 1]
+    # rows grouped by length (lengths 5, 4, 3): row 2 and row 1 share the first micro-batch
     with torch.no_grad():
-        ref, _ = response_logprobs(model, collate(b.prompt_ids[:2], b.response_ids[:2], 0), 0.7)
-    assert torch.equal(out[1], ref[1, :3])
+        ref, _ = response_logprobs(model, collate([b.prompt_ids[2], b.prompt_ids[1]],
+                                                  [b.response_ids[2], b.response_ids[1]], 0), 0.7)
+    assert torch.equal(out[1], ref[1, :3]) and torch.equal(out[2], ref[0, :1])
+    # consecutive micro-batches give the same log-probs in the same row order
+    plain = score_logprobs(model, b, 2, pad_id=0, temperature=0.7, bucket=False)
+    for x, y in zip(out, plain):
+        assert torch.allclose(x, y, atol=1e-5)
     # another prompt (SERL's teacher prompt) for the same response changes the scores
     other = score_logprobs(model, b.select([1]), 1, pad_id=0, temperature=0.7, prompt_ids=[[5, 5, 5, 5]])
     assert other[0].shape == out[1].shape and not torch.equal(other[0], out[1])
@@ -86,3 +92,36 @@ def test_advantage_signal_metrics_count_rows_and_groups_with_nonzero_advantage()
     m = advantage_signal_metrics(adv, group)
     assert m["critic/advantages/nonzero_fraction"] == 2 / 6
     assert m["critic/advantages/nonzero_group_fraction"] == 1 / 3
+
+
+def test_length_buckets_group_rows_by_length_within_rows_and_token_budget():
+    assert length_buckets([5, 1, 4, 2, 3], 2) == [[1, 3], [4, 2], [0]]
+    # the padded size rows × longest row stays within the budget; a too-long row goes alone
+    assert length_buckets([3, 3, 3, 10, 4], 8, max_tokens=12) == [[0, 1, 2], [4], [3]]
+    assert length_buckets([], 4) == []
+    with pytest.raises(ValueError, match="max_rows"):
+        length_buckets([1], 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_response_only_logits_equal_full_logits(tiny_model_dir, dtype):
+    """The LM head on response positions only gives the log-probs and entropies of the
+    ``logits_to_keep`` path: policy (with gradient, fp32 weights under bf16 autocast), and the
+    frozen teacher / reference scoring (inference mode, the model in its inference dtype)."""
+    model = load_causal_lm(str(tiny_model_dir), dtype, "cpu", False)
+    rb = collate([[5, 6, 7, 8, 9], [10, 11], [3, 4, 5]], [[1, 2, 3], [4], [7, 8, 9, 10]], 2)
+    mask = rb.response_mask.bool()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    with torch.inference_mode():  # teacher / reference / old log-probs
+        a, _ = response_logprobs(model, rb, 0.7)
+        c, _ = response_logprobs(model, rb, 0.7, response_only=False)
+    assert torch.allclose(a[mask], c[mask], atol=tol) and not torch.equal(a[mask], torch.zeros_like(a[mask]))
+    if dtype == torch.float32:  # the policy: gradient, entropy, autocast
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            a, ea = response_logprobs(model, rb, 1.0, with_entropy=True)
+            c, ec = response_logprobs(model, rb, 1.0, with_entropy=True, response_only=False)
+        assert a.requires_grad and torch.allclose(a[mask], c[mask], atol=1e-4)
+        assert torch.allclose(ea[mask], ec[mask], atol=1e-3)
+        ga = torch.autograd.grad((a * rb.response_mask).sum(), model.model.embed_tokens.weight)[0]
+        gc = torch.autograd.grad((c * rb.response_mask).sum(), model.model.embed_tokens.weight)[0]
+        assert torch.allclose(ga, gc, atol=1e-4)

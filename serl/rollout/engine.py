@@ -2,13 +2,16 @@
 
 ``hf`` (the only engine so far) runs transformers ``generate`` batched with left padding on the
 policy's own weights (on CPU, bf16 HF generate is the fastest batched path with exact
-log-probs). A vLLM engine for GPUs would implement the same :class:`RolloutEngine` protocol.
+log-probs). Engines are registered in :data:`ENGINE_REGISTRY`; :func:`make_engine` builds one
+by name, and ``auto`` picks the fastest available for the device (:func:`resolve_engine_name`).
+A vLLM engine for GPUs would implement the same :class:`RolloutEngine` protocol and register
+itself with a higher ``priority``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 import torch
 
@@ -53,14 +56,26 @@ class HFEngine:
         micro_batch_size: prompts per ``generate`` call.
         progress: optional callback ``progress(n_done)`` after each micro-batch.
 
+        cache_implementation: transformers' KV-cache kind (``"static"``: preallocated, the
+            prerequisite of a compiled decode step); None = the default dynamic cache.
+        compile_decode: compile the decode step with ``torch.compile`` (transformers'
+            ``CompileConfig``; on CPU transformers only does so when told to). Needs a static cache.
+
     Prompts are sorted by length before batching so each micro-batch carries little padding;
-    results come back in the caller's order.
+    results come back in the caller's order. A static cache and a compiled decode step were
+    measured against the default on CPU (``benchmarks/throughput.py``, BENCHMARKS.md) and are
+    off by default.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int = 32):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int = 32,
+                 cache_implementation: Optional[str] = None, compile_decode: bool = False):
+        if compile_decode and cache_implementation != "static":
+            raise ValueError("compile_decode needs cache_implementation='static' (a compilable cache)")
         self.model = model
         self.tokenizer = tokenizer
         self.micro_batch_size = max(1, micro_batch_size)
+        self.cache_implementation = cache_implementation
+        self.compile_decode = compile_decode
         self.pad_id = tokenizer.pad_token_id
         self.eos_ids = self._eos_ids(model, tokenizer)
 
@@ -101,6 +116,7 @@ class HFEngine:
                     pad_token_id=self.pad_id,
                     eos_token_id=sorted(self.eos_ids),
                 )
+                kwargs.update(self._cache_kwargs())
                 if params.do_sample:
                     kwargs.update(temperature=params.temperature, top_p=params.top_p,
                                   top_k=params.top_k if params.top_k > 0 else 0)
@@ -116,9 +132,79 @@ class HFEngine:
             self.model.train(was_training)
         return out  # type: ignore[return-value]
 
+    def _cache_kwargs(self) -> dict[str, Any]:
+        """``generate`` arguments of the cache kind and the compiled decode step."""
+        if self.cache_implementation is None:
+            return {}
+        out: dict[str, Any] = {"cache_implementation": self.cache_implementation}
+        if self.compile_decode:
+            from transformers import CompileConfig
+
+            cc = CompileConfig(fullgraph=False, dynamic=False)
+            cc._compile_all_devices = True  # transformers compiles on CUDA/XPU only unless told
+            out["compile_config"] = cc
+        else:
+            out["disable_compile"] = True
+        return out
+
     def _trim(self, ids: list[int]) -> list[int]:
         """Cut after the first EOS (kept: it was sampled); drop the padding after it."""
         for k, t in enumerate(ids):
             if t in self.eos_ids:
                 return ids[: k + 1]
         return ids
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One registered rollout engine.
+
+    Attributes:
+        build: ``build(model, tokenizer, micro_batch_size)`` → a :class:`RolloutEngine`.
+        available: ``available(device)`` → True if the engine can run on ``device`` here
+            (its package installed, the device supported).
+        priority: ``auto`` takes the available engine with the highest priority (the fastest
+            measured on that device kind).
+    """
+
+    build: Callable[..., RolloutEngine]
+    available: Callable[[str], bool]
+    priority: int
+
+
+#: name → :class:`EngineSpec`; ``hf`` runs everywhere
+ENGINE_REGISTRY: dict[str, EngineSpec] = {
+    "hf": EngineSpec(build=lambda model, tokenizer, micro_batch_size: HFEngine(model, tokenizer, micro_batch_size),
+                     available=lambda device: True, priority=0),
+}
+
+
+def resolve_engine_name(name: str, device: str) -> str:
+    """The engine that ``name`` means on ``device``: ``auto`` = the available registered engine
+    with the highest priority; any other name is returned as is.
+
+    Raises:
+        ValueError: an unknown name, or a named engine not available on ``device``.
+    """
+    if name == "auto":
+        ok = [(spec.priority, n) for n, spec in ENGINE_REGISTRY.items() if spec.available(device)]
+        return max(ok)[1]
+    if name not in ENGINE_REGISTRY:
+        raise ValueError(f"unknown rollout engine {name!r}; valid: {['auto', *ENGINE_REGISTRY]}")
+    if not ENGINE_REGISTRY[name].available(device):
+        raise ValueError(f"rollout engine {name!r} is not available on device {device!r}")
+    return name
+
+
+def make_engine(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int,
+                device: str) -> tuple[RolloutEngine, str]:
+    """Build the rollout engine ``name`` (or ``auto``) for ``device``.
+
+    Returns:
+        ``(engine, resolved_name)``.
+
+    Raises:
+        ValueError: see :func:`resolve_engine_name`.
+    """
+    resolved = resolve_engine_name(name, device)
+    return ENGINE_REGISTRY[resolved].build(model, tokenizer, micro_batch_size), resolved

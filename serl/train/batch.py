@@ -168,24 +168,95 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
     )
 
 
-def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_entropy: bool = False
-                      ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+#: tokens per LM-head chunk when no gradient is taken (bounds the ``[tokens, vocab]`` logits)
+SCORE_CHUNK_TOKENS = 2048
+
+
+def _lm_head_parts(model):
+    """``(decoder, lm_head)`` of a standard causal LM whose logits are ``lm_head(decoder(x))``
+    (Llama, Qwen2, Mistral, ...); None for models that post-process the logits (soft-capping,
+    logit scaling) or expose no decoder, which then take the ``logits_to_keep`` path."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "final_logit_softcapping", None) is not None or getattr(cfg, "logits_scaling", None) is not None:
+        return None
+    get_decoder, head = getattr(model, "get_decoder", None), getattr(model, "lm_head", None)
+    if get_decoder is None or not isinstance(head, torch.nn.Linear):
+        return None
+    try:
+        decoder = get_decoder()
+    except (AttributeError, NotImplementedError):
+        return None
+    return (decoder, head) if decoder is not None and decoder is not model else None
+
+
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+                    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``[N, vocab]`` logits → the float32 log-prob ``[N]`` of ``targets`` ``[N]`` (and the entropy)."""
+    logits = logits.float() / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    logprob = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    entropy = None
+    if with_entropy:
+        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logprob, entropy
+
+
+def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_entropy: bool = False,
+                      response_only: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-probs of the sampled response tokens under ``model``.
 
-    Only the last ``R + 1`` positions go through the LM head (``logits_to_keep``), so the
-    ``[b, P+R, vocab]`` logits tensor is never built. Logits are divided by ``temperature``
-    (the rollout temperature, as verl) and the log-softmax is taken in float32.
+    ``response_only`` (default): the decoder runs over the whole row, then the LM head runs only
+    on the hidden states that predict a sampled token (``response_mask`` = 1), so neither the
+    prompt positions nor the response padding go through the ``hidden × vocab`` projection;
+    without a gradient the head runs in chunks of :data:`SCORE_CHUNK_TOKENS` tokens. Models
+    whose logits are not ``lm_head(hidden)`` fall back to the other path. ``response_only=False``
+    is the former path: transformers' ``logits_to_keep=R+1`` (the last ``R+1`` positions of every
+    row, padding included). Both give the same log-probs up to float rounding. Logits are divided
+    by ``temperature`` (the rollout temperature, as verl) and normalised in float32.
 
     Args:
         model: a causal LM.
         batch: the rows.
         temperature: > 0.
-        with_entropy: also return the per-token entropy.
+        with_entropy: also return the per-token entropy (nats).
+        response_only: see above.
 
     Returns:
         ``(logprob, entropy)``: ``[b, R]`` float32 each (``entropy`` None unless asked); values on
-        padding positions are meaningless and must be masked with ``batch.response_mask``.
+        padding positions are meaningless (0 on the response-only path) and must be masked with
+        ``batch.response_mask``.
     """
+    parts = _lm_head_parts(model) if response_only else None
+    if parts is None:
+        return _response_logprobs_full(model, batch, temperature, with_entropy)
+    decoder, head = parts
+    b, R = batch.responses.shape
+    P = batch.input_ids.shape[1] - R
+    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                     position_ids=batch.position_ids, use_cache=False).last_hidden_state
+    sel = batch.response_mask.bool()
+    h = hidden[:, P - 1 : P + R - 1][sel]  # [N, H]: position t predicts token t+1
+    targets = batch.responses[sel]
+    if torch.is_grad_enabled():
+        lp_sel, ent_sel = _token_logprobs(head(h), targets, temperature, with_entropy)
+    else:  # chunks bound the [N, vocab] logits of a scoring pass
+        chunks = [_token_logprobs(head(h[k : k + SCORE_CHUNK_TOKENS]), targets[k : k + SCORE_CHUNK_TOKENS],
+                                  temperature, with_entropy) for k in range(0, h.shape[0], SCORE_CHUNK_TOKENS)]
+        lp_sel = torch.cat([c[0] for c in chunks]) if chunks else h.new_zeros(0, dtype=torch.float32)
+        ent_sel = torch.cat([c[1] for c in chunks]) if with_entropy and chunks else None
+    logprob = torch.zeros(b, R, dtype=torch.float32, device=h.device).masked_scatter(sel, lp_sel)
+    entropy = None
+    if with_entropy:
+        if ent_sel is None:
+            ent_sel = lp_sel.new_zeros(0)
+        entropy = torch.zeros(b, R, dtype=torch.float32, device=h.device).masked_scatter(sel, ent_sel)
+    return logprob, entropy
+
+
+def _response_logprobs_full(model, batch: RowBatch, temperature: float, with_entropy: bool
+                            ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The ``logits_to_keep=R+1`` path of :func:`response_logprobs` (every row's last ``R+1``
+    positions through the LM head, padding included)."""
     R = batch.responses.shape[1]
     out = model(
         input_ids=batch.input_ids,
@@ -201,6 +272,40 @@ def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_ent
     if with_entropy:
         entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logprob, entropy
+
+
+def length_buckets(lengths: Sequence[int], max_rows: int, max_tokens: Optional[int] = None) -> list[list[int]]:
+    """Micro-batches of row positions, rows sorted by length so each micro-batch pads little.
+
+    Rows are taken shortest first; a micro-batch closes at ``max_rows`` rows or when its padded
+    size (rows × longest row) would pass ``max_tokens`` (verl's ``use_dynamic_bsz`` budget,
+    ``ppo_max_token_len_per_gpu``); a row longer than the budget still gets a micro-batch of its
+    own. The order inside the sort is stable (equal lengths keep their order).
+
+    Args:
+        lengths: ``[n]`` padded-row lengths (prompt + response tokens).
+        max_rows: >= 1 rows per micro-batch.
+        max_tokens: padded-token budget per micro-batch; None = rows only.
+
+    Returns:
+        Lists of positions into ``lengths``; together they hold every position once.
+
+    Raises:
+        ValueError: ``max_rows`` < 1.
+    """
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out: list[list[int]] = []
+    for i in order:
+        cur = out[-1] if out else None
+        fits = cur is not None and len(cur) < max_rows and (
+            max_tokens is None or (len(cur) + 1) * lengths[i] <= max_tokens)
+        if fits:
+            cur.append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def pad_rows(values: Sequence[Optional[torch.Tensor]], width: int) -> torch.Tensor:
@@ -323,6 +428,14 @@ class UpdateBatch:
         return pad_rows(getattr(self, name), width)
 
 
+def _score_groups(prompts: Sequence[list[int]], responses: Sequence[list[int]], mb: int, bucket: bool
+                  ) -> list[list[int]]:
+    """Row positions of each scoring micro-batch: grouped by length, or consecutive."""
+    if bucket:
+        return length_buckets([len(p) + len(r) for p, r in zip(prompts, responses)], mb)
+    return [list(range(k, min(k + mb, len(prompts)))) for k in range(0, len(prompts), mb)]
+
+
 def score_logprobs(
     model,
     batch: UpdateBatch,
@@ -334,13 +447,16 @@ def score_logprobs(
     prompt_ids: Optional[list[list[int]]] = None,
     autocast: Callable[[], ContextManager] = nullcontext,
     progress: Optional[Callable[[int, int], None]] = None,
+    bucket: bool = True,
 ) -> list[torch.Tensor]:
-    """Log-probs of each row's response tokens under a frozen ``model``, in inference mode, in
-    consecutive micro-batches of ``micro_batch_size`` rows (teacher, reference, old log-probs).
+    """Log-probs of each row's response tokens under a frozen ``model`` (teacher, reference, old
+    log-probs), in inference mode, in micro-batches of ``micro_batch_size`` rows: grouped by
+    length (:func:`length_buckets`) with ``bucket``, else consecutive; results in row order.
 
     Args:
         model: a causal LM (its train/eval mode is the caller's).
         batch: the rows; their ``response_ids`` are scored.
+        micro_batch_size: rows per forward pass.
         prompt_ids: the prompts to score under, one per row (SERL's teacher prompts); None =
             ``batch.prompt_ids``.
         autocast: a context-manager factory wrapped around each forward pass.
@@ -355,14 +471,18 @@ def score_logprobs(
     prompts = batch.prompt_ids if prompt_ids is None else prompt_ids
     if len(prompts) != len(batch):
         raise ValueError(f"{len(prompts)} prompts for {len(batch)} rows")
-    mb, out = max(1, micro_batch_size), []
+    n = len(batch)
+    out: list[Optional[torch.Tensor]] = [None] * n
+    done = 0
     with torch.inference_mode():
-        for k in range(0, len(batch), mb):
+        for idx in _score_groups(prompts, batch.response_ids, max(1, micro_batch_size), bucket):
             if progress is not None:
-                progress(k, len(batch))
-            responses = batch.response_ids[k : k + mb]
-            b = collate(prompts[k : k + mb], responses, pad_id).to(device)
+                progress(done, n)
+            responses = [batch.response_ids[i] for i in idx]
+            b = collate([prompts[i] for i in idx], responses, pad_id).to(device)
             with autocast():
                 lp, _ = response_logprobs(model, b, temperature)
-            out.extend(lp[j, : len(r)].float().cpu() for j, r in enumerate(responses))
-    return out
+            for j, (i, r) in enumerate(zip(idx, responses)):
+                out[i] = lp[j, : len(r)].float().cpu()
+            done += len(idx)
+    return out  # type: ignore[return-value]

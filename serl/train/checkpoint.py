@@ -1,6 +1,8 @@
 """Atomic checkpoints: ``<run>/checkpoints/iter_<N>/`` with a ``latest`` pointer.
 
-A checkpoint folder holds ``policy.safetensors``, ``teacher.safetensors`` (if SERL is on),
+A checkpoint folder holds ``policy.safetensors``, ``teacher.safetensors`` (if SERL is on, in the
+teacher's own inference dtype; left out when the teacher equals the policy cast to that dtype,
+e.g. right after a teacher sync: ``state.pt`` then says so and loading rebuilds it),
 ``optimizer.pt``, and ``state.pt`` (update counter, iteration, data cursor, RNG states, SERL
 context-builder and replay-buffer state). It is written to a hidden temp folder, fsynced, and
 renamed into place; ``latest`` is then replaced atomically. An interrupted save leaves the
@@ -72,6 +74,24 @@ def _state_dict_for_save(model) -> dict[str, torch.Tensor]:
     return out
 
 
+@torch.no_grad()
+def _equals_cast_policy(teacher, policy) -> bool:
+    """True if every teacher tensor equals the policy's tensor cast to the teacher's dtype."""
+    src = policy.state_dict()
+    for k, v in teacher.state_dict().items():
+        if k not in src or src[k].shape != v.shape or not torch.equal(src[k].to(v.dtype), v):
+            return False
+    return True
+
+
+@torch.no_grad()
+def _copy_cast(policy, teacher) -> None:
+    """The teacher's tensors := the policy's, cast to the teacher's dtype."""
+    src = policy.state_dict()
+    for k, v in teacher.state_dict().items():
+        v.copy_(src[k].to(v.dtype))
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -127,10 +147,12 @@ def save_checkpoint(run_dir: Path, iteration: int, policy, optimizer, state: dic
 def _write_checkpoint_files(tmp: Path, iteration: int, policy, optimizer, state: dict[str, Any], teacher) -> None:
     """The files of one checkpoint into ``tmp``, fsynced."""
     save_file(_state_dict_for_save(policy), str(tmp / "policy.safetensors"))
-    if teacher is not None:
+    teacher_from_policy = teacher is not None and _equals_cast_policy(teacher, policy)
+    if teacher is not None and not teacher_from_policy:
         save_file(_state_dict_for_save(teacher), str(tmp / "teacher.safetensors"))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save({**state, "iteration": iteration, "rng": rng_state()}, tmp / "state.pt")
+    torch.save({**state, "iteration": iteration, "rng": rng_state(), "teacher_from_policy": teacher_from_policy},
+               tmp / "state.pt")
     for f in tmp.iterdir():
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
@@ -301,7 +323,10 @@ def load_checkpoint(folder: Path, policy, optimizer=None, teacher=None) -> dict[
         raise CheckpointError(f"checkpoint file {folder / 'state.pt'} is not a serl trainer state")
     _load_weights(policy, folder / "policy.safetensors")
     if teacher is not None:
-        _load_weights(teacher, folder / "teacher.safetensors", " but SERL is on (its teacher is checkpointed)")
+        if state.get("teacher_from_policy") and not (folder / "teacher.safetensors").exists():
+            _copy_cast(policy, teacher)  # the teacher equalled the cast policy: rebuilt, not stored
+        else:
+            _load_weights(teacher, folder / "teacher.safetensors", " but SERL is on (its teacher is checkpointed)")
     if optimizer is not None:
         opt_sd = _read(folder / "optimizer.pt", lambda p: torch.load(p, weights_only=False))
         try:

@@ -60,8 +60,9 @@ from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pi
                                  resolve_model_path)
 from serl.models.teacher import Teacher, teacher_prompt_ids
 from serl.rollout.collector import Collector
-from serl.rollout.engine import HFEngine, SamplingParams
-from serl.train.batch import RowBatch, StepTable, UpdateBatch, pad_rows, response_logprobs, score_logprobs
+from serl.rollout.engine import SamplingParams, make_engine
+from serl.train.batch import (RowBatch, StepTable, UpdateBatch, length_buckets, pad_rows, response_logprobs,
+                              score_logprobs)
 from serl.train.checkpoint import load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, save_checkpoint
 from serl.train.run_dir import RunLock, check_new_run_dir, check_output_dir, create_run_dir
 from serl.train.metrics import (MetricMeans, MetricsLogger, advantage_signal_metrics, rollout_metrics,
@@ -111,6 +112,19 @@ class TaskSampler:
     def load_state_dict(self, d: dict[str, int]) -> None:
         self.epoch, self.pos = int(d["epoch"]), int(d["pos"])
         self._order = self._shuffled(self.epoch)
+
+
+def make_adamw(params, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW (decoupled weight decay, arXiv 1711.05101) in its fastest implementation here: the
+    fused kernel (one kernel over all parameters; CPU and CUDA in torch >= 2.4), else the
+    multi-tensor ``foreach`` one; same update as the per-parameter loop up to float rounding."""
+    params = list(params)
+    for impl in ({"fused": True}, {"foreach": True}):
+        try:
+            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **impl)
+        except (RuntimeError, TypeError, ValueError):
+            continue
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
 def default_run_name(cfg: Config) -> str:
@@ -214,9 +228,11 @@ class Trainer:
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.trace = TraceWriter(self.run_dir, cfg.trainer)
         self._row_contexts: list = []  # the kept rows' privileged contexts of this iteration (SERL)
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.actor.lr,
-                                           weight_decay=cfg.actor.weight_decay)
-        self.engine = HFEngine(self.rollout_model, self.tokenizer, cfg.rollout.micro_batch_size)
+        self.optimizer = make_adamw(self.policy.parameters(), cfg.actor.lr, cfg.actor.weight_decay)
+        self.engine, engine_name = make_engine(cfg.rollout.engine, self.rollout_model, self.tokenizer,
+                                               cfg.rollout.micro_batch_size, self.device)
+        print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {self.device})",
+              file=sys.stderr)
 
         self._build_algorithms()
 
@@ -580,12 +596,13 @@ class Trainer:
     def _score(self, model, batch: UpdateBatch, label: Optional[str] = None, pbar=None,
                prompt_ids: Optional[list[list[int]]] = None, autocast: bool = False) -> list[torch.Tensor]:
         """:func:`score_logprobs` of ``batch`` under ``model`` at the rollout temperature, in
-        micro-batches of ``actor.ppo_micro_batch_size``; ``[resp_len]`` float32 per row."""
+        length-grouped micro-batches of ``actor.log_prob_micro_batch_size_per_gpu``;
+        ``[resp_len]`` float32 per row."""
         progress = None
         if pbar is not None and label:
             def progress(k: int, n: int) -> None:
                 pbar.set_postfix_str(f"{label} scoring {k}/{n} rows")
-        return score_logprobs(model, batch, self.cfg.actor.ppo_micro_batch_size, pad_id=self.tokenizer.pad_token_id,
+        return score_logprobs(model, batch, self.cfg.actor.log_prob_micro_batch_size_per_gpu, pad_id=self.tokenizer.pad_token_id,
                               temperature=self.cfg.rollout.temperature, device=self.device, prompt_ids=prompt_ids,
                               autocast=self._autocast if autocast else nullcontext, progress=progress)
 
@@ -712,7 +729,7 @@ class Trainer:
             for part in (batch, replay_batch):
                 for mini in part.split(a.ppo_mini_batch_size):
                     self.optimizer.zero_grad(set_to_none=True)
-                    for micro in mini.split(a.ppo_micro_batch_size):
+                    for micro in self._micro_batches(mini):
                         m, old = self._micro_step(micro, len(mini))
                         part.fill_old_log_probs(micro.index, old)
                         means.add(m)
@@ -722,6 +739,16 @@ class Trainer:
         if replay:
             metrics.update({"replay/coef": gamma_t, "replay/rows": float(len(replay))})
         return metrics
+
+    def _micro_batches(self, mini: UpdateBatch) -> list[UpdateBatch]:
+        """The micro-batches of one mini-batch: consecutive rows of ``actor.ppo_micro_batch_size``,
+        or with ``actor.use_dynamic_bsz`` rows grouped by length within the token budget
+        ``actor.ppo_max_token_len_per_gpu`` (:func:`~serl.train.batch.length_buckets`)."""
+        a = self.cfg.actor
+        if not a.use_dynamic_bsz:
+            return mini.split(a.ppo_micro_batch_size)
+        lengths = [len(p) + len(r) for p, r in zip(mini.prompt_ids, mini.response_ids)]
+        return [mini.select(idx) for idx in length_buckets(lengths, a.ppo_micro_batch_size, a.ppo_max_token_len_per_gpu)]
 
     def _precompute_old_logprobs(self, batch: UpdateBatch) -> None:
         """Behaviour log-probs, before any optimizer step, of the rows outside the first
