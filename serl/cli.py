@@ -80,7 +80,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from serl.config import DEFAULT_RECIPE, load_config
-    from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
+    from serl.models.loading import (checkpoint_policy, load_causal_lm, load_tokenizer, pick_device, pick_dtype,
+                                     resolve_model_path)
     from serl.rollout.engine import HFEngine
     from serl.train.checkpoint import latest_checkpoint
     from serl.train.trainer import evaluate_policy, load_run_config
@@ -94,15 +95,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     device = pick_device(cfg.trainer.device)
     path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
     tok = load_tokenizer(path)
-    model = load_causal_lm(path, pick_dtype(cfg.model.dtype, device), device, cfg.model.trust_remote_code,
-                           cfg.model.adapter)
-    source = path
-    if args.run:
-        from safetensors.torch import load_file
-
+    dtype = pick_dtype(cfg.model.dtype, device)
+    if args.run:  # the latest checkpoint's policy (a LoRA adapter is merged at load)
         ck = latest_checkpoint(Path(args.run))
-        model.load_state_dict(load_file(str(ck / "policy.safetensors")), strict=False)
-        source = str(ck)
+        model, source = checkpoint_policy(ck, cfg, dtype, device), str(ck)
+    else:
+        model, source = load_causal_lm(path, dtype, device, cfg.model.trust_remote_code, cfg.model.adapter), path
     split = args.split or cfg.env.eval_split
     n = args.num_tasks if args.num_tasks is not None else cfg.env.eval_num_tasks
     engine = HFEngine(model, tok, cfg.rollout.micro_batch_size)
