@@ -129,7 +129,8 @@ def adapter_active(model, name: Optional[str]) -> Iterator[None]:
 
 class AdapterView:
     """One adapter of a PEFT model seen as a model: calling it runs the shared base with that
-    adapter active (``adapter=None``: adapters disabled, the base model alone), and
+    adapter active (``adapter=None``: adapters disabled, the base model alone), always in eval
+    mode, and
     ``state_dict`` / ``load_state_dict`` read and write that adapter's weights only (canonical
     keys), as the checkpoint functions expect of a model.
 
@@ -145,8 +146,15 @@ class AdapterView:
         self.adapter = adapter
 
     def __call__(self, *args: Any, **kwargs: Any):
-        with adapter_active(self.peft_model, self.adapter):
-            return self.peft_model(*args, **kwargs)
+        """The shared model's forward with this adapter, in eval mode (no dropout, as a frozen
+        copy would be); the model's train/eval mode is restored after."""
+        was_training = self.peft_model.training
+        self.peft_model.eval()
+        try:
+            with adapter_active(self.peft_model, self.adapter):
+                return self.peft_model(*args, **kwargs)
+        finally:
+            self.peft_model.train(was_training)
 
     def parameters(self):
         """The shared model's parameters (for its device and dtype)."""

@@ -244,6 +244,7 @@ class Trainer:
         cfg = self.cfg
         base_dtype = self.infer_dtype if self.autocast_dtype == self.infer_dtype else torch.float32
         self.policy = apply_lora(self._load_policy_base(path, base_dtype), cfg.model.lora)
+        self.policy.eval()  # train mode only inside the update (get_peft_model leaves it in train mode)
         self.rollout_model = self.policy
         self.teacher = AdapterTeacher(self.policy) if cfg.algorithm.serl.enable else None
         self.ref = AdapterReference(self.policy) if cfg.actor.use_kl_loss else None
