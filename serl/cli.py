@@ -82,9 +82,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from serl.config import DEFAULT_RECIPE, load_config
-    from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
+    from serl.models.loading import (checkpoint_policy, load_causal_lm, load_tokenizer, pick_device, pick_dtype,
+                                     resolve_model_path)
     from serl.rollout.engine import HFEngine
-    from serl.train.checkpoint import load_newest_intact, load_policy_weights
+    from serl.train.checkpoint import load_newest_intact
     from serl.train.trainer import evaluate_policy, load_run_config
     from serl.trajectory import write_jsonl
     from serl.utils import atomic_write_text, configure_cpu_threads
@@ -96,12 +97,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     device = pick_device(cfg.trainer.device)
     path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
     tok = load_tokenizer(path)
-    model = load_causal_lm(path, pick_dtype(cfg.model.dtype, device), device, cfg.model.trust_remote_code,
-                           cfg.model.adapter)
-    source = path
-    if args.run:  # the newest checkpoint whose policy loads; a damaged newer one is reported
-        ck, _ = load_newest_intact(Path(args.run), lambda f: load_policy_weights(f, model))
+    dtype = pick_dtype(cfg.model.dtype, device)
+    if args.run:  # the newest checkpoint whose policy loads (a LoRA adapter is merged at load)
+        ck, model = load_newest_intact(Path(args.run), lambda f: checkpoint_policy(f, cfg, dtype, device))
         source = str(ck)
+    else:
+        model, source = load_causal_lm(path, dtype, device, cfg.model.trust_remote_code, cfg.model.adapter), path
     split = args.split or cfg.env.eval_split
     n = args.num_tasks if args.num_tasks is not None else cfg.env.eval_num_tasks
     engine = HFEngine(model, tok, cfg.rollout.micro_batch_size)

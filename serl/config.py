@@ -62,10 +62,14 @@ def _check(cond: bool, key: str, msg: str) -> None:
 
 @dataclass
 class ModelLoraConfig:
-    """LoRA adapters (Hu et al., arXiv 2106.09685) via PEFT, used by ``serl sft``.
+    """LoRA adapters (Hu et al., arXiv 2106.09685) via PEFT, for ``serl sft`` and ``serl train``
+    (verl's ``actor_rollout_ref.model.lora_rank`` / ``lora_alpha`` / ``target_modules``).
 
     ``r = 0`` (the default) turns LoRA off: full fine-tuning. With ``r > 0`` only the adapter
-    matrices train; ``serl sft`` merges them into the base weights when it writes ``<run>/model``.
+    matrices train; ``serl sft`` merges them into the base weights when it writes ``<run>/model``;
+    ``serl train`` keeps one frozen base (SERL's teacher is a second adapter, the KL reference the
+    base with adapters disabled) and checkpoints the adapters only. verl's LoRA has no dropout
+    (PEFT's default 0): use ``dropout=0`` for RL, where dropout makes the PPO ratio noisy.
     """
 
     #: adapter rank; 0 = off (full fine-tuning)

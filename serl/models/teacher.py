@@ -6,6 +6,10 @@ under a privileged prompt (SERL, arXiv 2605.19447; ``OliverLeeXZ/SERL@5a2a85b:ve
 * Kept in the inference dtype (bf16 on CPUs with native bf16) and never trained. Its state is
   checkpointed, so a resumed run continues with the same teacher (the original re-initialised
   it from the base model on resume).
+* With LoRA (``model.lora.r > 0``) the teacher is :class:`AdapterTeacher`: a frozen snapshot of
+  the policy's *adapter* weights, held as a second PEFT adapter on the policy's own base model
+  (one base in memory instead of two full copies); scoring switches the active adapter. serl's
+  own design: the original trains all weights.
 * Prompts longer than ``max_reprompt_len`` lose the *start of the privileged block* (oldest
   hindsight first); the chat template's closing turn and the student response are never cut.
   The original right-truncated the tokenised chat, cutting the assistant header
@@ -20,6 +24,7 @@ import torch
 
 from serl.agent.chat import chat_prompt_ids
 from serl.hindsight.rendering import teacher_user_message
+from serl.models.lora import POLICY_ADAPTER, TEACHER_ADAPTER, AdapterView, add_frozen_adapter_copy, copy_adapter
 
 TRUNCATION_MARK = "[... earlier hindsight omitted ...]\n"
 
@@ -51,6 +56,44 @@ class Teacher:
 
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(sd)
+
+
+class AdapterTeacher:
+    """SERL's lagged teacher of a LoRA policy: adapter :data:`TEACHER_ADAPTER` on the policy's
+    base, a frozen copy of the policy adapter (θ0 at start-up, re-copied at every sync).
+
+    ``model`` is an :class:`AdapterView`: called like a model, it runs the shared base with the
+    teacher adapter active; its ``state_dict`` holds the teacher adapter's weights only. The
+    teacher adapter stays in the policy adapter's dtype (float32), so a teacher synced at
+    update u scores exactly as the policy did after update u.
+
+    Args:
+        policy: the PEFT policy (adapter :data:`POLICY_ADAPTER` trains); gets the teacher adapter.
+    """
+
+    def __init__(self, policy):
+        add_frozen_adapter_copy(policy, POLICY_ADAPTER, TEACHER_ADAPTER)
+        self.model = AdapterView(policy, TEACHER_ADAPTER)
+
+    def sync_from(self, policy) -> None:
+        """Hard copy of the policy adapter into the teacher adapter (no EMA, as the original)."""
+        copy_adapter(policy, POLICY_ADAPTER, TEACHER_ADAPTER)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.model.state_dict()
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(sd)
+
+
+class AdapterReference:
+    """The KL reference of a LoRA policy: its own base model with every adapter disabled
+    (``model`` = :class:`AdapterView` with ``adapter=None``), as TRL does
+    (``huggingface/trl`` ``DPOTrainer.null_ref_context``). The base never trains and LoRA
+    starts at ``lora_B = 0``, so this is exactly θ0, with no second copy in memory."""
+
+    def __init__(self, policy):
+        self.model = AdapterView(policy, None)
 
 
 def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncation: str = "privileged"

@@ -66,6 +66,7 @@ from serl.agent.chat import chat_prompt_ids
 from serl.config import Config, to_yaml
 from serl.errors import CheckpointError, ConfigError, SerlError
 from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
+from serl.models.lora import apply_lora
 from serl.train.metrics import MetricsLogger
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
 
@@ -269,17 +270,9 @@ def build_policy(cfg: Config, path: str, device: str):
     model = load_causal_lm(path, torch.float32, device, cfg.model.trust_remote_code, cfg.model.adapter)
     if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
         model.activation_checkpointing_enable()
-    lo = cfg.model.lora
-    if lo.r == 0:
+    if cfg.model.lora.r == 0:
         return model
-    from peft import LoraConfig, get_peft_model
-
-    pc = LoraConfig(r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
-                    target_modules=list(lo.target_modules), task_type="CAUSAL_LM")
-    try:
-        return get_peft_model(model, pc)
-    except ValueError as e:  # peft: "Target modules ... not found in the base model"
-        raise ConfigError(f"model.lora.target_modules: {e}") from e
+    return apply_lora(model, cfg.model.lora)
 
 
 def trainable_state(model) -> dict[str, torch.Tensor]:

@@ -58,7 +58,8 @@ from serl.envs.base import list_tasks as env_list_tasks
 from serl.hindsight.builder import SerlContextBuilder
 from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pick_dtype,
                                  resolve_model_path)
-from serl.models.teacher import Teacher, teacher_prompt_ids
+from serl.models.lora import POLICY_ADAPTER, AdapterView, apply_lora
+from serl.models.teacher import AdapterReference, AdapterTeacher, Teacher, teacher_prompt_ids
 from serl.rollout.collector import Collector
 from serl.rollout.engine import SamplingParams, make_engine
 from serl.train.batch import (RowBatch, StepTable, UpdateBatch, length_buckets, pad_rows, response_logprobs,
@@ -183,9 +184,6 @@ class Trainer:
     """
 
     def __init__(self, cfg: Config, run_dir: Optional[Path] = None, resume: bool = False):
-        if cfg.model.lora.r:
-            raise ConfigError("model.lora.r: LoRA is used by `serl sft` only so far; `serl train` trains all "
-                              "weights (set model.lora.r=0; model.path= may point at serl sft's merged RUN/model)")
         self.cfg = cfg
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.trainer.output_dir) / (
             cfg.trainer.run_name or default_run_name(cfg))
@@ -228,7 +226,7 @@ class Trainer:
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.trace = TraceWriter(self.run_dir, cfg.trainer)
         self._row_contexts: list = []  # the kept rows' privileged contexts of this iteration (SERL)
-        self.optimizer = make_adamw(self.policy.parameters(), cfg.actor.lr, cfg.actor.weight_decay)
+        self.optimizer = make_adamw([p for p in self.policy.parameters() if p.requires_grad], cfg.actor.lr, cfg.actor.weight_decay)
         self.engine, engine_name = make_engine(cfg.rollout.engine, self.rollout_model, self.tokenizer,
                                                cfg.rollout.micro_batch_size, self.device)
         print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {self.device})",
@@ -271,7 +269,7 @@ class Trainer:
 
     def _load_models(self) -> None:
         """The tokenizer, the fp32 policy (master weights), its rollout copy, SERL's teacher and
-        the KL reference."""
+        the KL reference (:meth:`_load_lora_models` with ``model.lora.r > 0``)."""
         cfg = self.cfg
         path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
         self.tokenizer = load_tokenizer(path)
@@ -279,12 +277,10 @@ class Trainer:
         train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
         # fp32 master weights; bf16 training = autocast
         self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
-        self.policy = load_causal_lm(path, torch.float32, self.device, cfg.model.trust_remote_code, cfg.model.adapter)
-        if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
-            enable = getattr(self.policy, "activation_checkpointing_enable", None) or \
-                self.policy.gradient_checkpointing_enable
-            enable()
-        self.policy.config.use_cache = False
+        if cfg.model.lora.r > 0:
+            self._load_lora_models(path)
+            return
+        self.policy = self._load_policy_base(path, torch.float32)
         if self.infer_dtype != torch.float32:
             # a bf16 copy for sampling, re-synced after every update (fast batched bf16 generate)
             self.rollout_model = Teacher(self.policy, self.infer_dtype).model
@@ -294,6 +290,32 @@ class Trainer:
         # the KL reference: a frozen copy of the initial policy θ0 (verl's ``ref``). Built
         # before a resume loads the checkpoint, so it is θ0 on resume too; never saved.
         self.ref = Teacher(self.policy, self.infer_dtype) if cfg.actor.use_kl_loss else None
+
+    def _load_policy_base(self, path: str, dtype: torch.dtype):
+        """The model of ``path`` (with ``model.adapter`` merged) in ``dtype`` on the device,
+        activation checkpointing on if asked, no KV cache in training forwards."""
+        cfg = self.cfg
+        model = load_causal_lm(path, dtype, self.device, cfg.model.trust_remote_code, cfg.model.adapter)
+        if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable()
+        model.config.use_cache = False
+        return model
+
+    def _load_lora_models(self, path: str) -> None:
+        """LoRA (``model.lora.r > 0``, PEFT): one base model in memory. The policy trains its
+        float32 adapter only; the frozen base is held in the inference dtype when training
+        autocasts to that dtype anyway (bf16 on CPUs with native bf16), else in float32. The
+        policy itself samples the rollouts (no copy); SERL's teacher is a second adapter
+        (:class:`AdapterTeacher`), the KL reference the base with adapters disabled
+        (:class:`AdapterReference`). serl's design; verl's LoRA trains the same way (frozen base)."""
+        cfg = self.cfg
+        base_dtype = self.infer_dtype if self.autocast_dtype == self.infer_dtype else torch.float32
+        self.policy = apply_lora(self._load_policy_base(path, base_dtype), cfg.model.lora)
+        self.policy.eval()  # train mode only inside the update (get_peft_model leaves it in train mode)
+        self.rollout_model = self.policy
+        self.teacher = AdapterTeacher(self.policy) if cfg.algorithm.serl.enable else None
+        self.ref = AdapterReference(self.policy) if cfg.actor.use_kl_loss else None
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -306,16 +328,24 @@ class Trainer:
             state["replay_buffer"] = self.replay_buffer.state_dict()
         return state
 
+    def _checkpointed_models(self) -> tuple[Any, Any]:
+        """What a checkpoint holds of the models: ``(policy, teacher or None)``; with LoRA the
+        policy adapter and the teacher adapter only (:class:`AdapterView`), never the base."""
+        teacher = self.teacher.model if self.teacher else None
+        if self.cfg.model.lora.r > 0:
+            return AdapterView(self.policy, POLICY_ADAPTER), teacher
+        return self.policy, teacher
+
     def save(self) -> Path:
-        return save_checkpoint(self.run_dir, self.iteration, self.policy, self.optimizer, self.state_dict(),
-                               teacher=self.teacher.model if self.teacher else None,
-                               keep=self.cfg.trainer.max_checkpoints_to_keep)
+        policy, teacher = self._checkpointed_models()
+        return save_checkpoint(self.run_dir, self.iteration, policy, self.optimizer, self.state_dict(),
+                               teacher=teacher, keep=self.cfg.trainer.max_checkpoints_to_keep)
 
     def _resume(self) -> None:
         """Restore the newest intact checkpoint (a damaged newer one is reported and skipped)."""
-        teacher = self.teacher.model if self.teacher else None
+        policy, teacher = self._checkpointed_models()
         folder, state = load_newest_intact(
-            self.run_dir, lambda f: load_checkpoint(f, self.policy, self.optimizer, teacher=teacher))
+            self.run_dir, lambda f: load_checkpoint(f, policy, self.optimizer, teacher=teacher))
         self.iteration = int(state["iteration"])
         self.update_step = int(state["update_step"])
         self.sampler.load_state_dict(state["sampler"])
@@ -789,7 +819,7 @@ class Trainer:
         with self._autocast():
             lp, ent = response_logprobs(self.policy, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0)
         lp = lp.float()
-        old_rows = [o if o is not None else lp[j, : len(r)].detach()
+        old_rows = [o if o is not None else lp[j, : len(r)].detach().cpu()
                     for j, (o, r) in enumerate(zip(micro.old_log_probs, micro.response_ids))]
         old = pad_rows(old_rows, R).to(self.device)
         mask = b.response_mask * micro.padded("response_masks", R).to(self.device)

@@ -1,0 +1,206 @@
+"""LoRA (Hu et al., arXiv 2106.09685) through PEFT: one base model, several named adapters.
+
+``serl sft`` and ``serl train`` wrap the policy with :func:`apply_lora` (only the adapter
+matrices then train). ``serl train`` keeps SERL's lagged teacher as a second adapter
+(:data:`TEACHER_ADAPTER`) on the same base, and scores the KL reference with the adapters
+disabled, as TRL does (``huggingface/trl`` ``DPOTrainer.null_ref_context``: ``disable_adapter()``,
+or ``set_adapter(ref_adapter_name)`` for a reference adapter). So one base is in memory, never
+two full copies.
+
+Adapter weights are named here by their *canonical* key: the PEFT parameter name without the
+adapter name (``...q_proj.lora_A.weight``, as PEFT's own ``adapter_model.safetensors``), so the
+policy's and the teacher's adapters have the same keys.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Optional
+
+import torch
+
+from serl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from serl.config import ModelLoraConfig
+
+#: PEFT's name of the first (the trained) adapter
+POLICY_ADAPTER = "default"
+#: the adapter holding SERL's lagged teacher snapshot
+TEACHER_ADAPTER = "teacher"
+
+
+def lora_config(lo: "ModelLoraConfig", inference_mode: bool = False):
+    """The ``peft.LoraConfig`` of ``model.lora.*`` (``inference_mode``: the adapter is frozen)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout, target_modules=list(lo.target_modules),
+                      task_type="CAUSAL_LM", inference_mode=inference_mode)
+
+
+def apply_lora(model, lo: "ModelLoraConfig"):
+    """Wrap ``model`` with LoRA adapters (``peft.get_peft_model``); only they train afterwards.
+
+    The adapters are initialised as PEFT does (``lora_B = 0``), so the wrapped model computes
+    exactly the base model's outputs until the first update.
+
+    Raises:
+        ConfigError: bad ``model.lora.*`` values (``r`` must be > 0 here), or no module of the
+            model matches ``model.lora.target_modules``.
+    """
+    lo.validate()
+    if lo.r <= 0:
+        raise ConfigError("model.lora.r: must be > 0 to apply LoRA")
+    from peft import get_peft_model
+
+    try:
+        return get_peft_model(model, lora_config(lo))
+    except ValueError as e:  # peft: "Target modules ... not found in the base model"
+        raise ConfigError(f"model.lora.target_modules: {e}") from e
+
+
+def is_peft_model(model) -> bool:
+    """True if ``model`` is a PEFT-wrapped model (has named adapters)."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def adapter_parameters(model, name: str) -> dict[str, torch.nn.Parameter]:
+    """The parameters of adapter ``name`` of a PEFT model, by canonical key (adapter name removed).
+
+    Raises:
+        ValueError: the model has no adapter ``name``.
+    """
+    tag = f".{name}."
+    out = {k.replace(tag, "."): p for k, p in model.named_parameters() if tag in k and ".lora_" in k}
+    if not out:
+        raise ValueError(f"the model has no LoRA adapter named {name!r}")
+    return out
+
+
+@torch.no_grad()
+def copy_adapter(model, src: str, dst: str) -> None:
+    """Copy adapter ``src``'s weights into adapter ``dst`` (same config) of the same PEFT model.
+
+    Raises:
+        ValueError: either adapter is missing or their keys differ.
+    """
+    a, b = adapter_parameters(model, src), adapter_parameters(model, dst)
+    if a.keys() != b.keys():
+        raise ValueError(f"adapters {src!r} and {dst!r} have different modules")
+    for k, p in b.items():
+        p.copy_(a[k].detach().to(p.dtype))
+
+
+def add_frozen_adapter_copy(model, src: str, dst: str) -> None:
+    """Add adapter ``dst`` to a PEFT model with ``src``'s config, frozen (``requires_grad=False``),
+    holding a copy of ``src``'s weights; ``src`` stays the active, trained adapter."""
+    import copy
+
+    cfg = copy.deepcopy(model.peft_config[src])
+    cfg.inference_mode = True
+    model.add_adapter(dst, cfg)
+    copy_adapter(model, src, dst)
+    for p in adapter_parameters(model, dst).values():
+        p.requires_grad_(False)
+
+
+@contextmanager
+def adapter_active(model, name: Optional[str]) -> Iterator[None]:
+    """Within the block the PEFT ``model`` computes with adapter ``name`` only (frozen), or with
+    every adapter disabled for ``name=None`` (the base model); the previously active adapter and
+    its ``requires_grad`` flags are restored after."""
+    if name is None:
+        with model.disable_adapter():
+            yield
+        return
+    prev = model.active_adapter
+    if name == prev:
+        yield
+        return
+    trainable = {k for k, p in model.named_parameters() if p.requires_grad}
+    model.set_adapter(name, inference_mode=True)
+    try:
+        yield
+    finally:
+        model.set_adapter(prev)
+        for k, p in model.named_parameters():
+            p.requires_grad_(k in trainable)
+
+
+class AdapterView:
+    """One adapter of a PEFT model seen as a model: calling it runs the shared base with that
+    adapter active (``adapter=None``: adapters disabled, the base model alone), always in eval
+    mode, and
+    ``state_dict`` / ``load_state_dict`` read and write that adapter's weights only (canonical
+    keys), as the checkpoint functions expect of a model.
+
+    Args:
+        model: the PEFT model (shared, not copied).
+        adapter: an adapter name, or None for the base model (no weights of its own).
+    """
+
+    _tied_weights_keys = None
+
+    def __init__(self, model, adapter: Optional[str]):
+        self.peft_model = model
+        self.adapter = adapter
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        """The shared model's forward with this adapter, in eval mode (no dropout, as a frozen
+        copy would be); the model's train/eval mode is restored after."""
+        was_training = self.peft_model.training
+        self.peft_model.eval()
+        try:
+            with adapter_active(self.peft_model, self.adapter):
+                return self.peft_model(*args, **kwargs)
+        finally:
+            self.peft_model.train(was_training)
+
+    def parameters(self):
+        """The shared model's parameters (for its device and dtype)."""
+        return self.peft_model.parameters()
+
+    def eval(self) -> "AdapterView":
+        self.peft_model.eval()
+        return self
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The adapter's weights by canonical key (detached, on their device).
+
+        Raises:
+            ValueError: a view of the base model (``adapter=None``) has no weights of its own.
+        """
+        if self.adapter is None:
+            raise ValueError("the base-model view has no adapter weights")
+        return {k: p.detach() for k, p in adapter_parameters(self.peft_model, self.adapter).items()}
+
+    @torch.no_grad()
+    def load_state_dict(self, sd: dict[str, torch.Tensor], strict: bool = True) -> tuple[list[str], list[str]]:
+        """Copy ``sd`` (canonical keys) into the adapter; returns ``(missing, unexpected)`` keys.
+
+        Raises:
+            RuntimeError: ``strict`` and the keys differ, or a tensor of another shape.
+        """
+        own = adapter_parameters(self.peft_model, self.adapter)
+        missing, unexpected = sorted(set(own) - set(sd)), sorted(set(sd) - set(own))
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"adapter {self.adapter!r}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        for k in set(own) & set(sd):
+            if own[k].shape != sd[k].shape:
+                raise RuntimeError(f"adapter {self.adapter!r}: {k} has shape {tuple(sd[k].shape)}, "
+                                   f"expected {tuple(own[k].shape)} (was model.lora changed?)")
+            own[k].copy_(sd[k].to(own[k].device, own[k].dtype))
+        return missing, unexpected
+
+
+def merged_lora_model(model, lo: "ModelLoraConfig", adapter_sd: dict[str, torch.Tensor]):
+    """``model`` with a LoRA adapter of ``model.lora`` config ``lo`` whose weights are
+    ``adapter_sd`` (canonical keys, e.g. a ``serl train`` checkpoint's ``policy.safetensors``)
+    merged into its weights (``merge_and_unload``): a plain model.
+
+    Raises:
+        ConfigError: bad ``lo``. RuntimeError: ``adapter_sd`` does not match ``lo``.
+    """
+    peft_model = apply_lora(model, lo)
+    AdapterView(peft_model, POLICY_ADAPTER).load_state_dict(adapter_sd, strict=True)
+    return peft_model.merge_and_unload()
