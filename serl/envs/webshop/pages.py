@@ -31,6 +31,9 @@ attributes  ... < Prev, <attributes...>, category, query, product category
 done        Thank you for shopping with us! ... Your score (min 0.0, max 1.0), <score> ...
 =========== ================================================================ ==================
 
+``text_rich`` (WebShop's ``convert_html_to_text(simple=False)``, :meth:`Site.rich_text`) uses the
+same text nodes unstripped, one per line, with button / option / product-link marks.
+
 Transitions: ``search[q]`` works from every page (keywords ``q.split(' ')``; 10 results per
 page of the top 50); ``back to search`` → start (clears keywords, product, options); ``next >`` /
 ``< prev`` page through results (``next >`` past the end shows an empty page); a product link
