@@ -144,11 +144,11 @@ class Experiment:
             steps = f"trainer.total_training_steps={target}"
             if (run / "checkpoints").exists():
                 self.timed(f"rl/{algo}", lambda: self.serl("train", "--resume", str(run), steps))
-            else:
+            else:  # a new run; trainer.overwrite moves aside a folder left by a run killed before its first save
                 self.timed(f"rl/{algo}", lambda: self.serl(
                     "train", *self.common(), *ALGOS[algo], f"model.path={model}", f"seed={seed}",
                     f"trainer.output_dir={self.w / 'rl'}", f"trainer.run_name={name}", steps,
-                    "trainer.max_checkpoints_to_keep=1", *self.a.train_override))
+                    "trainer.max_checkpoints_to_keep=1", "trainer.overwrite=true", *self.a.train_override))
         self.evaluate(name, target, ["--run", str(run)])
 
     def run(self) -> None:

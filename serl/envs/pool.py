@@ -63,6 +63,8 @@ from serl.errors import EnvError, EnvWorkerError  # noqa: F401  (EnvWorkerError 
 
 #: how long one ``wait`` slice lasts while the parent also checks that workers are alive (s)
 _POLL_SLICE_S = 0.2
+#: seconds a worker may take to start (import its env), whatever ``timeout`` is
+_START_MIN_S = 60.0
 #: how long ``close()`` lets a worker exit on its own before it is terminated (s)
 _CLOSE_GRACE_S = 3.0
 
@@ -403,7 +405,8 @@ class EnvPool(BaseEnvPool):
             ``i % num_workers``. ``0`` = serial in-process mode.
         env_kwargs: keyword arguments of the env constructor (picklable plain values).
         timeout: seconds a worker may go without answering during a ``*_wait`` before it is
-            declared hung (:class:`EnvWorkerError`, the pool becomes broken).
+            declared hung (:class:`EnvWorkerError`, the pool becomes broken). Start-up gets
+            ``max(timeout, 60)`` seconds.
 
     Raises:
         ValueError: bad sizes.
@@ -468,7 +471,10 @@ class EnvPool(BaseEnvPool):
             raise
 
     def _await_ready(self, wk: _Worker) -> None:
-        deadline = time.monotonic() + self.timeout
+        # start-up (a fresh interpreter importing the env) gets at least _START_MIN_S, so a short
+        # ``timeout`` meant for hung steps does not fail the start on a busy machine
+        start_s = max(self.timeout, _START_MIN_S)
+        deadline = time.monotonic() + start_s
         while True:
             if wk.conn.poll(_POLL_SLICE_S):
                 try:
@@ -495,7 +501,7 @@ class EnvPool(BaseEnvPool):
                 )
             if time.monotonic() > deadline:
                 raise EnvWorkerError(
-                    f"env worker {wk.index} did not start within {self.timeout:.0f} s.", worker=wk.index
+                    f"env worker {wk.index} did not start within {start_s:.0f} s.", worker=wk.index
                 )
 
     @staticmethod
