@@ -5,6 +5,7 @@ panel evaluation after it, and the report (LEARNING.md with its tables, and the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -19,7 +20,9 @@ def test_learning_script_end_to_end_on_the_tiny_model(tiny_model_dir, tmp_path):
            "--expert-tasks", "2", "--seeds", "0", "--iterations", "1", "--eval-every", "1",
            "--panel-per-type", "1", "--splits", "valid_unseen", "--algos", "grpo", "serl",
            "--override", *small, "--sft-override", "sft.max_steps=2", "sft.batch_size=2"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    # this checkout's serl, also where the installed one is another copy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
     rows = [json.loads(x) for x in (work / "expert.jsonl").read_text().splitlines()]
@@ -40,5 +43,5 @@ def test_learning_script_end_to_end_on_the_tiny_model(tiny_model_dir, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
     # resumable: a second run finds every phase done and runs no serl command
-    r2 = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    r2 = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert r2.returncode == 0 and "+ serl " not in r2.stdout
