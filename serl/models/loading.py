@@ -330,6 +330,22 @@ def latest_run_checkpoint(run_dir: Path) -> Path:
     return folder
 
 
+def check_state_dict_keys(model, missing, unexpected, path) -> None:
+    """Check ``model.load_state_dict(..., strict=False)``'s key lists for a weights file at ``path``.
+    Tied weights are saved once, so a key missing from the file is fine iff it is tied.
+
+    Raises:
+        CheckpointError: a key of the model that is not tied is missing, or the file has keys the
+            model lacks (the file is from another model or another ``model.lora`` setting).
+    """
+    keys = getattr(model, "_tied_weights_keys", None) or []
+    tied = set(keys)
+    real_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
+    if real_missing or unexpected:
+        raise CheckpointError(f"{path} does not match the model: missing {real_missing[:5]}, "
+                              f"unexpected {unexpected[:5]}; was it saved with this run's model.path and model.lora?")
+
+
 def checkpoint_policy(checkpoint: Path, cfg, dtype, device: str):
     """The policy of a ``serl train`` checkpoint folder as a plain causal LM in ``dtype`` on ``device``.
 
@@ -344,8 +360,8 @@ def checkpoint_policy(checkpoint: Path, cfg, dtype, device: str):
 
     Raises:
         ModelLoadError: the base model, or a checkpoint that does not match ``model.lora``.
-        CheckpointError: ``policy.safetensors`` is missing, truncated or corrupt (``serl eval --run``
-            then falls back to the next older checkpoint).
+        CheckpointError: ``policy.safetensors`` is missing, truncated, corrupt or does not
+            match the model (``serl eval --run`` then falls back to the next older checkpoint).
     """
     import torch
     from safetensors.torch import load_file
@@ -362,7 +378,11 @@ def checkpoint_policy(checkpoint: Path, cfg, dtype, device: str):
                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
     if m.lora.r <= 0:
         model = load_causal_lm(base, dtype, device, m.trust_remote_code, m.adapter)
-        model.load_state_dict(weights, strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(weights, strict=False)
+        except RuntimeError as e:  # shape mismatch
+            raise CheckpointError(f"{wfile} does not match the model: {str(e).splitlines()[0]}") from e
+        check_state_dict_keys(model, missing, unexpected, wfile)
         return model
     model = load_causal_lm(base, torch.float32, device, m.trust_remote_code, m.adapter)
     try:

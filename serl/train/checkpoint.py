@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from serl.models.loading import check_state_dict_keys as _check_keys
 from serl.utils import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -386,13 +387,3 @@ def load_newest_intact(run_dir: Path, load: Callable[[Path], T]) -> tuple[Path, 
             log.warning("using %s, the newest intact checkpoint of %s", folder, run_dir)
         return folder, out
     raise CheckpointError(f"no intact checkpoint in {run_dir}: " + "; ".join(errors))
-
-
-def _check_keys(model, missing, unexpected, path) -> None:
-    """Tied weights are saved once, so a key missing from the file is fine iff it is tied."""
-    tied = set(getattr(model, "_tied_weights_keys", None) or [])
-    if isinstance(getattr(model, "_tied_weights_keys", None), dict):
-        tied = set(model._tied_weights_keys)
-    real_missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
-    if real_missing or unexpected:
-        raise CheckpointError(f"{path} does not match the model: missing {real_missing[:5]}, unexpected {unexpected[:5]}")
