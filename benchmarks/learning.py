@@ -106,7 +106,8 @@ class Experiment:
             return model
         resume = ["--resume", str(self.w / "sft")] if (self.w / "sft" / "checkpoints").exists() else []
         args = [] if resume else [*self.common(), f"model.lora.r={self.a.lora_r}", *self.a.sft_override,
-                                  f"trainer.output_dir={self.w}", "trainer.run_name=sft"]
+                                  f"trainer.output_dir={self.w}", "trainer.run_name=sft",
+                                  "trainer.overwrite=true"]  # moves aside a folder left by a run killed before its first save
         self.timed("sft", lambda: self.serl("sft", "--data", str(self.w / "expert.jsonl"), *args, *resume))
         return model
 

@@ -177,6 +177,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     if trainer.step >= trainer.total_steps:
         if not (model_dir / "config.json").exists():
             trainer.export_model()
+        trainer.release_run_dir()
         print(f"serl: {trainer.run_dir} already finished {trainer.step} optimizer steps; "
               "raise sft.epochs or sft.max_steps to continue")
         return 0

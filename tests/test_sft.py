@@ -214,3 +214,33 @@ def test_row_order_and_lr_schedule():
 def test_lora_target_modules_that_match_nothing(tiny_model_dir, tmp_path, rows_file):
     with pytest.raises(ConfigError, match="model.lora.target_modules"):
         SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, "model.lora.r=2", "model.lora.target_modules=[nope]"))
+
+
+def test_run_folder_refused_then_overwritten_and_locked(tiny_model_dir, tmp_path, rows_file):
+    """A new `serl sft` run refuses a non-empty run folder, `trainer.overwrite=true` moves it aside
+    (nothing deleted), and a live run's folder is locked against a second process."""
+    import subprocess
+    import sys
+
+    extra = ["sft.max_steps=1", "sft.batch_size=3"]
+    SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, *extra)).train()
+    with pytest.raises(ConfigError, match="already exists and is not empty"):
+        SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, *extra))
+    tr = SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, *extra, "trainer.overwrite=true"))
+    old = [p for p in tmp_path.iterdir() if p.name.startswith("run.old-")]
+    assert len(old) == 1 and (old[0] / "model" / "model.safetensors").exists()
+    assert (tmp_path / "run" / "config.yaml").exists() and not (tmp_path / "run" / "model").exists()
+    code = ("import sys; from serl.train.run_dir import RunLock\n"
+            "try:\n    RunLock.acquire(sys.argv[1])\nexcept Exception as e:\n    print(e); sys.exit(3)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True)
+    assert r.returncode == 3 and "in use by another serl process" in r.stdout, r.stdout + r.stderr
+    tr.train()  # train() releases the lock when it ends
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_failed_start_leaves_no_run_folder(tmp_path, rows_file):
+    cfg = _cfg(tmp_path / "no-such-model", tmp_path / "out", rows_file, "sft.max_steps=1")
+    with pytest.raises(SerlError):
+        SFTTrainer(cfg)
+    assert not (tmp_path / "out" / "run").exists()

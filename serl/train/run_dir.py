@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from serl.errors import ConfigError, SerlError
+from serl.errors import CheckpointError, ConfigError, SerlError
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,28 @@ def create_run_dir(run_dir: Path, overwrite: bool) -> "RunLock":
         lock.release()
         raise ConfigError(f"trainer.run_name: the run folder {run_dir} was filled by another process meanwhile")
     return lock
+
+
+def check_run_dir(run_dir: Path, resume: bool, overwrite: bool, what: str = "run") -> Optional["RunLock"]:
+    """The start-up check of a run folder, before any model loads (``serl train`` and ``serl sft``).
+
+    Resume: the folder must exist; it is locked now and the lock returned. New run:
+    its parent must be writable and the folder empty or absent (or ``overwrite``); nothing is
+    written and None is returned (create it later with :func:`create_run_dir`).
+
+    Raises:
+        CheckpointError: ``resume`` and ``run_dir`` is not a folder.
+        ConfigError, SerlError: as :func:`check_output_dir`, :func:`check_new_run_dir` and
+            :meth:`RunLock.acquire`.
+    """
+    run_dir = Path(run_dir)
+    if resume:
+        if not run_dir.is_dir():
+            raise CheckpointError(f"cannot resume: {run_dir} is not a {what} folder")
+        return RunLock.acquire(run_dir)
+    check_output_dir(run_dir.parent)
+    check_new_run_dir(run_dir, overwrite)
+    return None
 
 
 def lock_holder(run_dir: Path) -> Optional[str]:

@@ -25,7 +25,8 @@ depend on the micro-batch size. A batch row is ``[left-padded prompt | right-pad
 Full fine-tuning, or LoRA (Hu et al., arXiv 2106.09685) through PEFT with ``model.lora.r > 0``.
 Model loading, dtypes (fp32 master weights, bf16 autocast where the CPU has AVX512-BF16/AMX, else
 float32), CPU threads and the run folder (``<trainer.output_dir>/<trainer.run_name or
-sft-<timestamp>>``) follow ``serl train``. Metrics (loss, lr, grad norm, tokens/s, rows/min) go to
+sft-<timestamp>>``: a new run refuses a non-empty folder unless ``trainer.overwrite=true``, which
+moves it aside; the folder is locked while the run lives) follow ``serl train``. Metrics (loss, lr, grad norm, tokens/s, rows/min) go to
 ``metrics.jsonl`` and TensorBoard, one line per optimizer step (its ``iteration`` field is the
 1-based optimizer step).
 
@@ -67,7 +68,9 @@ from serl.config import Config, to_yaml
 from serl.errors import CheckpointError, ConfigError, SerlError
 from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
 from serl.models.lora import apply_lora
+from serl.train.checkpoint import remove_stale_tmp_dirs
 from serl.train.metrics import MetricsLogger
+from serl.train.run_dir import RunLock, check_run_dir, create_run_dir
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
 
 log = logging.getLogger(__name__)
@@ -408,9 +411,19 @@ class SFTTrainer:
         self.device = pick_device(cfg.trainer.device)
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.trainer.output_dir) / (
             cfg.trainer.run_name or default_run_name())
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
+        self._run_lock: Optional[RunLock] = check_run_dir(self.run_dir, resume, cfg.trainer.overwrite, "serl sft run")
+        if resume:
+            remove_stale_tmp_dirs(self.run_dir)
+        try:
+            self._start(rows, val_rows, resume)
+        except BaseException:
+            self.release_run_dir()
+            raise
+
+    def _start(self, rows: list[dict[str, Any]], val_rows: list[dict[str, Any]], resume: bool) -> None:
+        """Model, data and optimizer; then a new run's folder (created and locked, see
+        :mod:`serl.train.run_dir`) and its ``config.yaml``, the metric sinks, a resume's checkpoint."""
+        cfg = self.cfg
         self.model_path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
         self.tokenizer = load_tokenizer(self.model_path)
         train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
@@ -425,9 +438,18 @@ class SFTTrainer:
                                            lr=self.lr, weight_decay=cfg.sft.weight_decay)
         self.step = 0
         self.total_steps = total_steps(len(self.examples), cfg.sft)
+        if not resume:  # every start-up check passed: now the folder may exist
+            self._run_lock = create_run_dir(self.run_dir, cfg.trainer.overwrite)
+            atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
         self.logger = MetricsLogger(self.run_dir, cfg.trainer.logger)
         if resume:
             self._resume()
+
+    def release_run_dir(self) -> None:
+        """Drop the run folder's lock (idempotent; :meth:`train` calls it when it ends)."""
+        if self._run_lock is not None:
+            self._run_lock.release()
+            self._run_lock = None
 
     def _resume(self) -> None:
         state = load_sft_checkpoint(self.run_dir, self.model, self.optimizer)
@@ -522,6 +544,7 @@ class SFTTrainer:
             self.export_model()
         finally:
             self.logger.close()
+            self.release_run_dir()
         return last
 
     def export_model(self) -> Path:
