@@ -50,3 +50,22 @@ def test_eval_runs_with_an_adapter(tiny_model_dir, adapter_dir, tmp_path):
                "data.max_response_length=8", "trainer.progress=false", "--num-tasks", "1", "--greedy",
                "--out", str(tmp_path / "eval")])
     assert rc == 0 and (tmp_path / "eval" / "metrics.json").exists()
+
+
+def test_merged_cache_is_keyed_on_base_and_adapter(tiny_model_dir, adapter_dir, tmp_path, monkeypatch):
+    """`merge_adapter_once` writes one folder per (base, adapter) pair: the same pair reuses it, a
+    different base with the same adapter gets its own merge (a stale merge is never served)."""
+    import shutil
+
+    from serl.models.loading import merge_adapter_once
+
+    monkeypatch.setenv("SERL_CACHE", str(tmp_path / "cache"))
+    folder, expected = adapter_dir
+    first = merge_adapter_once(str(tiny_model_dir), str(folder), name="m")
+    assert merge_adapter_once(str(tiny_model_dir), str(folder), name="m") == first
+    other_base = tmp_path / "base2"
+    shutil.copytree(tiny_model_dir, other_base)
+    second = merge_adapter_once(str(other_base), str(folder), name="m")
+    assert second != first and second.parent == first.parent
+    got = load_causal_lm(str(first), torch.float32, "cpu").state_dict()
+    assert all(torch.allclose(got[k], v, atol=1e-6) for k, v in expected.items())

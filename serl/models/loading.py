@@ -116,7 +116,9 @@ MERGED_ALIASES = {"smollm2-135m-alfworld-sft": (SMOLLM2_ALIAS, "smollm2-135m-alf
 
 def merge_adapter_once(base: str, adapter: str, name: str) -> Path:
     """Merge a PEFT adapter into a base model once, into ``<cache>/models/<name>-<sha12>/``
-    (sha of the adapter weights), written to a temp dir and renamed like :func:`convert_gguf`.
+    (sha of the adapter weights and of the resolved base folder's path, which for a GGUF alias
+    carries the GGUF's own sha: a new base or a new adapter gets a new folder), written to a temp
+    dir and renamed like :func:`convert_gguf`.
 
     Args:
         base: a ``model.path`` value (resolved with :func:`resolve_model_path`).
@@ -129,14 +131,15 @@ def merge_adapter_once(base: str, adapter: str, name: str) -> Path:
     import torch
 
     folder = Path(resolve_adapter_path(adapter))
+    base_path = resolve_model_path(base)
 
     def write(tmp: Path) -> None:
-        base_path = resolve_model_path(base)
         log.info("merging %s into %s (once)", folder, base_path)
         load_causal_lm(base_path, torch.float32, "cpu", adapter=str(folder)).save_pretrained(tmp)
         load_tokenizer(base_path).save_pretrained(tmp)
 
-    sha = _sha256(folder / "adapter_model.safetensors")[:12]
+    key = f"{_sha256(folder / 'adapter_model.safetensors')}\n{Path(base_path).resolve() if Path(base_path).exists() else base_path}"
+    sha = hashlib.sha256(key.encode()).hexdigest()[:12]
     return _build_folder_once(cache_dir() / "models" / f"{name}-{sha}", write)
 
 
