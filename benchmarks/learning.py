@@ -4,7 +4,7 @@ Phases (each one resumable: a finished phase is skipped, an interrupted run cont
 ``--resume``; re-run the same command after an interruption):
 
 1. ``expert``  — ``serl data expert alfworld`` on ``--expert-tasks`` train games of the recipe's
-   task types (walkthroughs played through the RL prompt builder);
+   task types (walkthroughs played through the RL prompt builder; WebShop: the oracle, below);
 2. ``sft``     — ``serl sft`` (LoRA by default) on those rows; its merged model is the RL start;
 3. ``rl``      — for each algorithm and seed, ``serl train`` from the SFT model for
    ``--iterations`` iterations, in chunks of ``--eval-every``; after each chunk (and at the SFT
