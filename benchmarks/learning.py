@@ -43,9 +43,10 @@ oracle's chat prompts with two history pairs are 1322 tokens on average (5-step 
 tokens per row with the reply), so one iteration (2 goals × 4 rollouts) is ≈ 40 rows ≈ 5.5 min when
 the policy buys after ≈ 5 steps and up to ≈ 64 rows × 1800 tokens ≈ 12 min when every episode runs to
 the 8-step limit; a 12-goal panel evaluation ≈ 3 min (up to 6); the SFT on the ≈ 190 rows of 40 goals
-≈ 30 min; the expert rows ≈ 1 min. With 2 algorithms × 3 seeds × 3 iterations and 7 panel
-evaluations: ≈ 1 + 30 + 7 × 3 + 18 × 7 ≈ 180 min ≈ 3 h (2.6 h if every episode buys early, 4.6 h if
-every episode hits the step limit).
+≈ 31 min; the expert rows ≈ 1 min. With 2 algorithms × 3 seeds × 3 iterations and 7 panel
+evaluations: ≈ 1 + 31 + 7 × 3.5 + 18 × 7 ≈ 180 min ≈ 3 h (2.5 h if every episode buys early, 4.7 h if
+every episode hits the step limit). The report's signal table gives the measured step rows and
+prompt tokens per iteration, to check this estimate.
 """
 
 from __future__ import annotations
