@@ -4,7 +4,7 @@ Phases (each one resumable: a finished phase is skipped, an interrupted run cont
 ``--resume``; re-run the same command after an interruption):
 
 1. ``expert``  — ``serl data expert alfworld`` on ``--expert-tasks`` train games of the recipe's
-   task types (walkthroughs played through the RL prompt builder);
+   task types (walkthroughs played through the RL prompt builder; WebShop: the oracle, below);
 2. ``sft``     — ``serl sft`` (LoRA by default) on those rows; its merged model is the RL start;
 3. ``rl``      — for each algorithm and seed, ``serl train`` from the SFT model for
    ``--iterations`` iterations, in chunks of ``--eval-every``; after each chunk (and at the SFT
@@ -23,6 +23,30 @@ Run on this repository's CPU scale (see LEARNING.md for the figures it produced)
 Everything the script runs is a ``serl`` command printed before it runs; its outputs stay in
 ``--workdir`` (``expert.jsonl``, ``sft/``, ``rl/<algo>_s<seed>/``, ``eval/…/metrics.json``,
 ``phases.json`` with the wall time of each phase).
+
+**WebShop** (``--env webshop``; the default is ``alfworld``, above): the same phases in their own
+work folder (default ``runs/learning_webshop``) with the recipe ``cpu_learn_webshop``:
+``serl data expert webshop`` plays the WebShop oracle on ``--expert-tasks`` train goals (drawn with
+``--expert-seed``) and keeps the episodes whose score is at least ``--expert-min-score`` (1.0 = won);
+the panel is WebShop test goals ``0 … --panel-size - 1`` (``serl eval --split test --num-tasks k``
+takes the first k goals in goal order; their hidden prices are fixed by ``env.webshop.seed``). A
+WebShop episode is a success when its purchase scores exactly 1.0; the report also gives the mean
+score in [0, 1] (WebShop's own metric, ``webshop_task_score`` of ``serl eval``)::
+
+    python benchmarks/learning.py --env webshop --workdir runs/learning_webshop \
+        --report-md LEARNING_webshop.md --report-png docs/learning_webshop.png
+
+Estimated cost of the WebShop defaults on the 2-core machine of LEARNING.md (idle), scaled by token
+counts from the ALFWorld leg (one ``cpu_learn`` iteration ≈ 62 step rows × ≈ 760 tokens ≈ 4.8 min,
+i.e. ≈ 6 ms per row token for rollout + update, ≈ 2 ms of it rollout; SFT ≈ 7 ms per token): the
+oracle's chat prompts with two history pairs are 1322 tokens on average (5-step episodes ≈ 1380
+tokens per row with the reply), so one iteration (2 goals × 4 rollouts) is ≈ 40 rows ≈ 5.5 min when
+the policy buys after ≈ 5 steps and up to ≈ 64 rows × 1800 tokens ≈ 12 min when every episode runs to
+the 8-step limit; a 12-goal panel evaluation ≈ 3 min (up to 6); the SFT on the ≈ 190 rows of 40 goals
+≈ 31 min; the expert rows ≈ 1 min. With 2 algorithms × 3 seeds × 3 iterations and 7 panel
+evaluations: ≈ 1 + 31 + 7 × 3.5 + 18 × 7 ≈ 180 min ≈ 3 h (2.5 h if every episode buys early, 4.7 h if
+every episode hits the step limit). The report's signal table gives the measured step rows and
+prompt tokens per iteration, to check this estimate.
 """
 
 from __future__ import annotations
@@ -42,6 +66,14 @@ ALGOS = {
     "grpo": ["algorithm.serl.enable=false"],
     "serl": ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=immediate_feedback"],
     "serl_anchor": ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=anchor_immediate_feedback"],
+}
+
+#: per env, the defaults of the options left unset (the ALFWorld ones are the script's original defaults)
+ENV_DEFAULTS = {
+    "alfworld": {"workdir": "runs/learning", "recipe": "cpu_learn", "expert_tasks": 60, "iterations": 10,
+                 "eval_every": 5, "splits": ["valid_seen", "valid_unseen"]},
+    "webshop": {"workdir": "runs/learning_webshop", "recipe": "cpu_learn_webshop", "expert_tasks": 40,
+                "iterations": 3, "eval_every": 3, "splits": ["test"]},
 }
 
 
@@ -96,9 +128,10 @@ class Experiment:
         out = self.w / "expert.jsonl"
         if out.exists():
             return
+        keep = ["--min-score", str(self.a.expert_min_score)] if self.a.env == "webshop" else []
         self.timed("expert", lambda: self.serl(
-            "data", "expert", "alfworld", *self.common(), "--split", "train", "--num-tasks", str(self.a.expert_tasks),
-            "--seed", str(self.a.expert_seed), "--out", str(out)))
+            "data", "expert", self.a.env, *self.common(), "--split", "train", "--num-tasks", str(self.a.expert_tasks),
+            "--seed", str(self.a.expert_seed), *keep, "--out", str(out)))
 
     def sft(self) -> Path:
         model = self.w / "sft" / "model"
@@ -113,7 +146,7 @@ class Experiment:
 
     def evaluate(self, name: str, iteration: int, source: list[str]) -> None:
         """Panel evaluation of one policy at one iteration, on every split (skipped if done)."""
-        n = self.a.panel_per_type * self.num_types()
+        n = self.a.panel_size if self.a.env == "webshop" else self.a.panel_per_type * self.num_types()
         for split in self.a.splits:
             out = self.w / "eval" / name / f"it{iteration:03d}_{split}"
             if (out / "metrics.json").exists():
@@ -174,18 +207,25 @@ class Experiment:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workdir", default="runs/learning")
-    p.add_argument("--data-dir", help="ALFWorld data (json_2.1.1/...); default: the recipe's / the shipped fixture")
-    p.add_argument("--recipe", default="cpu_learn")
-    p.add_argument("--expert-tasks", type=int, default=60)
+    p.add_argument("--env", default="alfworld", choices=sorted(ENV_DEFAULTS),
+                   help="which leg; sets the defaults of --workdir --recipe --expert-tasks --iterations "
+                        "--eval-every --splits (ENV_DEFAULTS)")
+    p.add_argument("--workdir", help="default: runs/learning (alfworld), runs/learning_webshop (webshop)")
+    p.add_argument("--data-dir", help="env.data_dir (ALFWorld json_2.1.1/... or WebShop data); default: the "
+                                      "recipe's / the data shipped with serl")
+    p.add_argument("--recipe", help="default: cpu_learn (alfworld), cpu_learn_webshop (webshop)")
+    p.add_argument("--expert-tasks", type=int, help="expert train tasks; default 60 (alfworld), 40 (webshop)")
     p.add_argument("--expert-seed", type=int, default=0)
+    p.add_argument("--expert-min-score", type=float, default=1.0,
+                   help="webshop: keep oracle episodes whose score is at least this (1.0 = won)")
     p.add_argument("--lora-r", type=int, default=8, help="LoRA rank of the SFT (0 = full fine-tuning)")
     p.add_argument("--algos", nargs="+", default=["grpo", "serl"], choices=sorted(ALGOS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--iterations", type=int, default=10)
-    p.add_argument("--eval-every", type=int, default=5)
-    p.add_argument("--panel-per-type", type=int, default=4)
-    p.add_argument("--splits", nargs="+", default=["valid_seen", "valid_unseen"])
+    p.add_argument("--iterations", type=int, help="RL iterations per run; default 10 (alfworld), 3 (webshop)")
+    p.add_argument("--eval-every", type=int, help="panel evaluation every this many iterations; default 5 / 3")
+    p.add_argument("--panel-per-type", type=int, default=4, help="alfworld: panel tasks per task type and split")
+    p.add_argument("--panel-size", type=int, default=12, help="webshop: the panel is test goals 0..N-1")
+    p.add_argument("--splits", nargs="+", help="panel splits; default valid_seen valid_unseen (alfworld), test (webshop)")
     p.add_argument("--eval-seed", type=int, default=1000)
     p.add_argument("--report-md", help="where LEARNING.md goes (default: in --workdir)")
     p.add_argument("--report-png", help="where the plot goes (default: learning.png in --workdir)")
@@ -193,6 +233,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-override", nargs="*", default=[], help="key=value for serl sft only")
     p.add_argument("--train-override", nargs="*", default=[], help="key=value for serl train only")
     a = p.parse_args(argv)
+    for k, v in ENV_DEFAULTS[a.env].items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.panel_size < 1 or a.panel_per_type < 1:
+        p.error("--panel-size and --panel-per-type must be >= 1")
+    if not 0.0 <= a.expert_min_score <= 1.0:
+        p.error("--expert-min-score must be in [0, 1]")
     if a.iterations < 1 or a.eval_every < 1 or a.iterations % a.eval_every:
         p.error("--iterations must be a positive multiple of --eval-every")
     return a

@@ -6,6 +6,13 @@ evaluations), ``<workdir>/rl/<algo>_s<seed>/metrics.jsonl`` (training metrics) a
 by hand, shown at the top) if it exists; writes ``LEARNING.md`` and ``learning.png``
 into the workdir, or where ``--report-md`` / ``--report-png`` say. ``python benchmarks/learning_report.py --workdir DIR`` rewrites them
 from whatever runs have finished so far.
+
+One report per leg: ``--env alfworld`` (the default) or ``--env webshop`` (the same options as
+``learning.py``). The WebShop report titles itself "WebShop", lists the panel's test goals, and gives
+per policy the success rate (score exactly 1.0), the mean WebShop score in [0, 1]
+(``webshop_task_score``, WebShop's own metric, arXiv 2207.01206) and the valid-action ratio; its plot
+has a second panel with the mean score. WebShop lists a search as ``search[<your query>]``, so the
+admissible-action ratio is left out there (a real query is never "listed").
 """
 
 from __future__ import annotations
@@ -36,13 +43,14 @@ def load_evals(workdir: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
     return out
 
 
-def panel_ids(workdir: Path) -> dict[str, list[str]]:
-    """The task ids of the panel per split (from the SFT-start evaluation's trajectories)."""
+def panel_ids(workdir: Path, env: str = "alfworld") -> dict[str, list[str]]:
+    """The task ids of the panel per split (from the SFT-start evaluation's trajectories):
+    ALFWorld ``<task folder>/<trial>``, WebShop the goal index."""
     out: dict[str, list[str]] = {}
     for f in sorted((workdir / "eval" / "sft").glob("it000_*/trajectories.jsonl")):
         split = f.parent.name.split("_", 1)[1]
         ids = [json.loads(line)["task"]["task_id"] for line in f.read_text().splitlines() if line.strip()]
-        out[split] = ["/".join(Path(i).parts[-3:-1]) for i in ids]
+        out[split] = [str(i) for i in ids] if env == "webshop" else ["/".join(Path(i).parts[-3:-1]) for i in ids]
     return out
 
 
@@ -58,18 +66,18 @@ def train_metrics(workdir: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def curves(evals, algos, seeds, splits) -> dict[str, dict[int, list[float]]]:
-    """``{algo: {iteration: [panel success per seed]}}``, averaged over the splits; the SFT start
-    is iteration 0 of every algorithm."""
+def curves(evals, algos, seeds, splits, key: str = "success_rate") -> dict[str, dict[int, list[float]]]:
+    """``{algo: {iteration: [panel metric per seed]}}`` of metric ``key`` (default the success
+    rate), averaged over the splits; the SFT start is iteration 0 of every algorithm."""
     out: dict[str, dict[int, list[float]]] = {}
-    sft = [evals[("sft", 0, s)]["success_rate"] for s in splits if ("sft", 0, s) in evals]
+    sft = [evals[("sft", 0, s)][key] for s in splits if ("sft", 0, s) in evals]
     for algo in algos:
         c: dict[int, list[float]] = {0: [statistics.mean(sft)]} if sft else {}  # one shared start
         its = sorted({it for (p, it, _s) in evals if p.startswith(f"{algo}_s")})
         for it in its:
             vals = []
             for seed in seeds:
-                per_split = [evals[(f"{algo}_s{seed}", it, s)]["success_rate"] for s in splits
+                per_split = [evals[(f"{algo}_s{seed}", it, s)][key] for s in splits
                              if (f"{algo}_s{seed}", it, s) in evals]
                 if len(per_split) == len(splits):
                     vals.append(statistics.mean(per_split))
@@ -79,14 +87,32 @@ def curves(evals, algos, seeds, splits) -> dict[str, dict[int, list[float]]]:
     return out
 
 
-def plot(curve: dict[str, dict[int, list[float]]], path: Path) -> None:
-    """Panel success vs iteration, one line per algorithm (mean over seeds, band = ± std)."""
+def plot(curve: dict[str, dict[int, list[float]]], path: Path, env: str = "alfworld",
+         score: dict[str, dict[int, list[float]]] | None = None) -> None:
+    """Panel success vs iteration, one line per algorithm (mean over seeds, band = ± std); with
+    ``score`` (WebShop) a second panel shows the mean score the same way."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    if score is None:
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+        _curve_axes(ax, curve, "panel success rate", "ALFWorld panel success vs iteration")
+    else:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
+        name = {"webshop": "WebShop"}.get(env, env)
+        _curve_axes(ax, curve, "panel success rate (score = 1)", f"{name} panel success vs iteration")
+        _curve_axes(ax2, score, "panel mean score", f"{name} panel mean score vs iteration")
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def _curve_axes(ax, curve: dict[str, dict[int, list[float]]], ylabel: str, title: str) -> None:
+    """One metric vs iteration on ``ax``: per algorithm the mean over seeds and a ± std band."""
     for algo, c in curve.items():
         its = sorted(c)
         if not its:
@@ -97,16 +123,11 @@ def plot(curve: dict[str, dict[int, list[float]]], path: Path) -> None:
         ax.plot(its, mu, marker="o", label=f"{algo} ({n} seed{'s' if n != 1 else ''})")
         ax.fill_between(its, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)], alpha=0.2)
     ax.set_xlabel("RL iteration (0 = SFT start)")
-    ax.set_ylabel("panel success rate")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title("ALFWorld panel success vs iteration")
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, path)
+    ax.set_title(title)
 
 
 def final_table(evals, algos, seeds, splits, last_it) -> list[str]:
@@ -127,51 +148,89 @@ def final_table(evals, algos, seeds, splits, last_it) -> list[str]:
     return lines
 
 
-def signal_table(train, algos, seeds) -> list[str]:
+def webshop_final_table(evals, algos, seeds, splits, last_it) -> list[str]:
+    """WebShop: success (score = 1), mean score and valid-action ratio per policy, at the SFT
+    start and at iteration ``last_it`` (mean ± std over seeds)."""
+    key = "webshop_task_score"
+    lines = ["| policy | split | success | mean score | valid-action ratio |", "|---|---|---|---|---|"]
+    for split in splits:
+        if ("sft", 0, split) in evals:
+            m = evals[("sft", 0, split)]
+            lines.append(f"| SFT start | {split} | {m['success_rate']:.3f} | {m.get(key, float('nan')):.3f} | "
+                         f"{m.get('valid_action_ratio', float('nan')):.3f} |")
+        for algo in algos:
+            ms = [evals[(f"{algo}_s{s}", last_it, split)] for s in seeds if (f"{algo}_s{s}", last_it, split) in evals]
+            if not ms:
+                lines.append(f"| {algo} | {split} | not evaluated yet | | |")
+                continue
+            lines.append(f"| {algo}, iteration {last_it} | {split} | {mean_std([m['success_rate'] for m in ms])} | "
+                         f"{mean_std([m.get(key, float('nan')) for m in ms])} | "
+                         f"{mean_std([m.get('valid_action_ratio', float('nan')) for m in ms])} |")
+    return lines
+
+
+def signal_table(train, algos, seeds, env: str = "alfworld") -> list[str]:
     """Per iteration: fraction of groups with a non-zero advantage, training success and valid-action
     ratio, each the mean over seeds."""
     key = "critic/advantages/nonzero_group_fraction"
-    lines = ["| algo | iteration | groups with A ≠ 0 | train success | train valid-action ratio |",
-             "|---|---|---|---|---|"]
+    ws = env == "webshop"  # also the step rows and prompt tokens per iteration (the cost estimate's inputs)
+    lines = ["| algo | iteration | groups with A ≠ 0 | train success | train valid-action ratio |"
+             + (" step rows | prompt tokens (mean) |" if ws else ""), "|---|---|---|---|---|" + ("---|---|" if ws else "")]
     for algo in algos:
         runs = [train.get(f"{algo}_s{s}", []) for s in seeds]
         for i in range(max((len(r) for r in runs), default=0)):
             rows = [r[i] for r in runs if i < len(r)]
             f = [x[key] for x in rows if key in x]
+            extra = (f" {mean_std([x.get('episode/num_step_rows', 0) for x in rows])} | "
+                     f"{mean_std([x.get('prompt_length/mean', 0) for x in rows])} |") if ws else ""
             lines.append(f"| {algo} | {i + 1} | {mean_std(f)} | {mean_std([x.get('episode/success_rate', 0) for x in rows])} | "
-                         f"{mean_std([x.get('episode/valid_action_ratio', 0) for x in rows])} |")
+                         f"{mean_std([x.get('episode/valid_action_ratio', 0) for x in rows])} |" + extra)
     return lines
 
 
+def settings_line(args: argparse.Namespace) -> str:
+    """The experiment's settings in one sentence (the ALFWorld wording is the original report's)."""
+    if getattr(args, "env", "alfworld") == "webshop":
+        return (f"Settings: recipe `{args.recipe}`, {args.expert_tasks} expert train goals (oracle episodes with "
+                f"score ≥ {args.expert_min_score} kept), SFT LoRA r={args.lora_r}, algorithms {args.algos}, "
+                f"seeds {args.seeds}, {args.iterations} iterations evaluated every {args.eval_every}, panel = "
+                f"WebShop test goals 0–{args.panel_size - 1} on {args.splits}, eval seed {args.eval_seed}.")
+    return (f"Settings: recipe `{args.recipe}`, {args.expert_tasks} expert games, SFT LoRA r={args.lora_r}, "
+            f"algorithms {args.algos}, seeds {args.seeds}, {args.iterations} iterations evaluated every "
+            f"{args.eval_every}, panel {args.panel_per_type} tasks per type on {args.splits}, eval seed {args.eval_seed}.")
+
+
 def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, float], cpu: str) -> Path:
-    """Write ``LEARNING.md`` and ``learning.png`` into ``workdir``; returns the Markdown path."""
+    """Write ``LEARNING.md`` and ``learning.png`` into ``workdir`` (or ``args.report_md`` /
+    ``args.report_png``) for the leg ``args.env`` (``alfworld`` when absent); returns the Markdown path."""
     import torch
 
     from serl.models.loading import pick_dtype
 
+    env = getattr(args, "env", "alfworld")
+    ws = env == "webshop"
     evals, train = load_evals(workdir), train_metrics(workdir)
     curve = curves(evals, args.algos, args.seeds, args.splits)
     out = Path(args.report_md).resolve() if args.report_md else workdir / "LEARNING.md"
     png = Path(args.report_png).resolve() if args.report_png else workdir / "learning.png"
     png.parent.mkdir(parents=True, exist_ok=True)
-    plot(curve, png)
+    plot(curve, png, env, curves(evals, args.algos, args.seeds, args.splits, "webshop_task_score") if ws else None)
     last_it = max([it for c in curve.values() for it in c] or [0])
-    panel = panel_ids(workdir)
+    panel = panel_ids(workdir, env)
+    table = (webshop_final_table if ws else final_table)(evals, args.algos, args.seeds, args.splits, last_it)
     md = [
-        "# Learning experiment", "",
+        "# Learning experiment" + (": WebShop" if ws else ""), "",
         "Command: `python benchmarks/learning.py " + " ".join(sys.argv[1:]) + "`", "",
         f"Machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"dtype {pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU).", "",
-        f"Settings: recipe `{args.recipe}`, {args.expert_tasks} expert games, SFT LoRA r={args.lora_r}, "
-        f"algorithms {args.algos}, seeds {args.seeds}, {args.iterations} iterations evaluated every "
-        f"{args.eval_every}, panel {args.panel_per_type} tasks per type on {args.splits}, eval seed {args.eval_seed}.", "",
+        settings_line(args), "",
         *(["## Findings", "", (workdir / "NOTES.md").read_text().strip(), ""] if (workdir / "NOTES.md").exists() else []),
         "## Wall time per phase", "", "| phase | minutes |", "|---|---|",
         *[f"| {k} | {v / 60:.1f} |" for k, v in phases.items()], "",
-        "## Panel success and valid-action ratio (mean ± std over seeds)", "",
-        *final_table(evals, args.algos, args.seeds, args.splits, last_it), "",
+        "## Panel success" + (", mean score" if ws else "") + " and valid-action ratio (mean ± std over seeds)", "",
+        *table, "",
         f"![panel success vs iteration]({os.path.relpath(png, out.parent)})", "",
-        "## Learning signal per iteration", "", *signal_table(train, args.algos, args.seeds), "",
+        "## Learning signal per iteration", "", *signal_table(train, args.algos, args.seeds, env), "",
         "## Panel", "", *[f"- {s}: " + ", ".join(f"`{i}`" for i in ids) for s, ids in panel.items()], "",
     ]
     tmp = out.with_suffix(".tmp")
