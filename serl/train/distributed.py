@@ -3,8 +3,7 @@ of ``serl train`` lives here.
 
 ``accelerate launch --multi_gpu --num_processes N -m serl.cli train ...`` (on CPU too: accelerate's
 ``--multi_gpu`` is its torchrun launcher; ``torchrun --nproc_per_node N -m serl.cli train`` works
-the same), or ``serl train
-trainer.num_processes=N``, which re-launches itself that way) starts N ranks of the same trainer.
+the same), or ``serl train trainer.num_processes=N`` (which re-launches itself that way), starts N ranks of the same trainer.
 accelerate sets up the process group (gloo on CPU, NCCL on CUDA), wraps the policy in torch's
 ``DistributedDataParallel`` (``accelerator.prepare``) and gathers Python objects
 (``accelerate.utils.gather_object``); serl has no communication code of its own. One process
