@@ -46,17 +46,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     from serl.config import DEFAULT_RECIPE, load_config
     from serl.train.trainer import Trainer, load_run_config
 
+    from serl.train.distributed import launched_world_size
+
     recipe, overrides = _split_overrides(args.overrides)
     overrides += _data_dir_override(args)
     if args.resume:
-        run_dir = Path(args.resume)
         if recipe:
             print("serl train --resume: the recipe comes from the run folder; ignoring recipe=", file=sys.stderr)
-        cfg = load_run_config(run_dir, overrides)
-        trainer = Trainer(cfg, run_dir=run_dir, resume=True)
+        cfg = load_run_config(Path(args.resume), overrides)
     else:
         cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
-        trainer = Trainer(cfg)
+    if cfg.trainer.num_processes > 1 and launched_world_size() == 1:
+        return _relaunch(cfg, args.argv)
+    trainer = Trainer(cfg, run_dir=Path(args.resume), resume=True) if args.resume else Trainer(cfg)
+    if not trainer.dist.is_main:  # rank 0 reports; the others only train
+        trainer.train()
+        return 0
     print(f"serl: run folder {trainer.run_dir}", file=sys.stderr)
     if trainer.iteration >= cfg.trainer.total_training_steps:
         print(f"serl: {trainer.run_dir} already finished {trainer.iteration} iterations "
@@ -78,6 +83,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"  checkpoint:  {trainer.run_dir / 'checkpoints'}")
     print(f"  resume with: serl train --resume {trainer.run_dir}")
     return 0
+
+
+def _relaunch(cfg, argv: list[str]) -> int:
+    """``serl train trainer.num_processes=N``: run the same command under ``accelerate launch
+    --multi_gpu --num_processes N`` (gloo on CPU, NCCL on CUDA) and return its exit code."""
+    import subprocess
+
+    n = cfg.trainer.num_processes
+    # accelerate's --multi_gpu is its torchrun launcher; on CPU the trainer asks accelerate for
+    # gloo itself (``--cpu`` would start one process only)
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(n),
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "serl.cli", *argv]
+    print(f"serl: launching {n} processes: {' '.join(cmd)}", file=sys.stderr)
+    return subprocess.call(cmd)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -347,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one ``serl`` command. Exit codes: 0 ok; 2 a :class:`~serl.errors.SerlError` (bad config,
     recipe, run folder, checkpoint, data ...), printed as one line; 130 Ctrl-C; 143 SIGTERM."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for serl train's re-launch
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from serl.errors import SerlError

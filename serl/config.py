@@ -44,6 +44,7 @@ DEFAULT_RECIPE = "cpu"
 DTYPES = ("auto", "bfloat16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("jsonl", "tensorboard", "console", "wandb")
+STRATEGIES = ("ddp",)
 #: ``rollout.engine`` values: ``auto`` plus the engines of :data:`serl.rollout.engine.ENGINE_REGISTRY`
 ROLLOUT_ENGINES = ("auto",) + tuple(ENGINE_REGISTRY)
 #: env pools: local worker processes, or Ray actors (``pip install 'serl[ray]'``)
@@ -671,10 +672,18 @@ class TrainerConfig:
     device: str = "auto"
     #: show tqdm progress bars
     progress: bool = True
+    #: training processes (data parallel, accelerate): 1 = one process, or as many as
+    #: ``accelerate launch --num_processes N -m serl.cli train`` started; N > 1 = ``serl train``
+    #: re-launches itself with ``accelerate launch --num_processes N`` (``data.train_batch_size``
+    #: must be a multiple of N; a resume needs the same N)
+    num_processes: int = 1
+    #: how N processes share the update: ddp (each rank a full copy of the model, gradients
+    #: all-reduced); FSDP is not supported yet (README "Scaling out")
+    strategy: str = "ddp"
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``trainer.<key>``: negative step counts, an unknown
-        device or logger, trace bounds out of range, or a ``run_name`` that would leave ``output_dir`` (absolute, ``..``
+        device, logger or strategy, ``num_processes`` < 1, trace bounds out of range, or a ``run_name`` that would leave ``output_dir`` (absolute, ``..``
         or a path separator)."""
         _check(self.total_training_steps >= 0, "trainer.total_training_steps", "must be >= 0")
         _check(self.save_freq >= 0, "trainer.save_freq", "must be >= 0 (0 = only at the end)")
@@ -687,6 +696,9 @@ class TrainerConfig:
         _check(self.trace_max_bytes >= 10_000, "trainer.trace_max_bytes", "must be >= 10000")
         _check(bool(self.project_name), "trainer.project_name", "must be a non-empty name")
         _check(self.device in DEVICES, "trainer.device", f"unknown device {self.device!r}; valid: {list(DEVICES)}")
+        _check(self.num_processes >= 1, "trainer.num_processes", "must be >= 1")
+        _check(self.strategy in STRATEGIES, "trainer.strategy",
+               f"unknown strategy {self.strategy!r}; valid: {list(STRATEGIES)}")
         for lg in self.logger:
             _check(lg in LOGGERS, "trainer.logger", f"unknown logger {lg!r}; valid: {', '.join(LOGGERS)}")
         if self.run_name:
@@ -788,7 +800,11 @@ class Config:
         for section in (self.model, self.env, self.data, self.rollout, self.actor, self.algorithm, self.trainer,
                         self.sft):
             section.validate()
-        # Checks that span sections go here, after the sections; none is needed today.
+        # Checks that span sections go here, after the sections.
+        n = self.trainer.num_processes
+        _check(self.data.train_batch_size % n == 0, "data.train_batch_size",
+               f"{self.data.train_batch_size} task groups cannot be split over trainer.num_processes={n} "
+               f"processes (each plays whole groups); make it a multiple of {n}")
 
 
 def recipe_path(recipe: str) -> Path:

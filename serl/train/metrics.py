@@ -35,6 +35,11 @@ class MetricMeans:
         """``{key: mean}``."""
         return {k: self._sums[k] / self._counts[k] for k in self._sums}
 
+    def parts(self) -> tuple[dict[str, float], dict[str, int]]:
+        """``(sums, counts)`` per key (copies), to merge the means of several processes
+        (:func:`serl.train.distributed.merge_metric_means`)."""
+        return dict(self._sums), dict(self._counts)
+
 
 #: the metrics of the one-line ``console`` sink, with their short names
 CONSOLE_KEYS = {"episode/success_rate": "success", "episode/reward/mean": "reward",

@@ -64,7 +64,9 @@ from serl.rollout.collector import Collector
 from serl.rollout.engine import SamplingParams, make_engine
 from serl.train.batch import (RowBatch, StepTable, UpdateBatch, length_buckets, pad_rows, response_logprobs,
                               score_logprobs)
-from serl.train.checkpoint import load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, save_checkpoint
+from serl.train.checkpoint import (load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state,
+                                   save_checkpoint, set_rng_state)
+from serl.train.distributed import WORLD_SIZE_KEY, Distributed, check_checkpoint_world_size, deal_micro_batches, micro_loss_scale
 from serl.train.run_dir import RunLock, check_new_run_dir, check_output_dir, create_run_dir
 from serl.train.metrics import (MetricMeans, MetricsLogger, advantage_signal_metrics, rollout_metrics,
                                 success_by_type)
@@ -187,6 +189,10 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(run_dir) if run_dir else Path(cfg.trainer.output_dir) / (
             cfg.trainer.run_name or default_run_name(cfg))
+        # the process group (one process: no accelerate); rank 0 alone writes the run folder,
+        # whose name (a default one has a timestamp) all ranks take from rank 0
+        self.dist = Distributed.setup(cfg, pick_device(cfg.trainer.device))
+        self.run_dir = Path(self.dist.gather_one(str(self.run_dir))[0])
         self._run_lock: Optional[RunLock] = self._check_run_dir(resume)
         try:
             self._start(resume)
@@ -202,11 +208,15 @@ class Trainer:
         if resume:
             if not self.run_dir.is_dir():
                 raise CheckpointError(f"cannot resume: {self.run_dir} is not a run folder")
-            lock = RunLock.acquire(self.run_dir)
-            remove_stale_tmp_dirs(self.run_dir)
+            lock = None
+            if self.dist.is_main:
+                lock = RunLock.acquire(self.run_dir)
+                remove_stale_tmp_dirs(self.run_dir)
+            self.dist.barrier()  # no rank reads a checkpoint while rank 0 cleans up
             return lock
         check_output_dir(self.run_dir.parent)
         check_new_run_dir(self.run_dir, self.cfg.trainer.overwrite)
+        self.dist.barrier()  # every rank checked the folder before rank 0 creates it
         return None
 
     def _release_run_dir(self) -> None:
@@ -227,6 +237,7 @@ class Trainer:
         self.trace = TraceWriter(self.run_dir, cfg.trainer)
         self._row_contexts: list = []  # the kept rows' privileged contexts of this iteration (SERL)
         self.optimizer = make_adamw([p for p in self.policy.parameters() if p.requires_grad], cfg.actor.lr, cfg.actor.weight_decay)
+        self._prepare_distributed()
         self.engine, engine_name = make_engine(cfg.rollout.engine, self.rollout_model, self.tokenizer,
                                                cfg.rollout.micro_batch_size, self.device)
         print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {self.device})",
@@ -236,7 +247,7 @@ class Trainer:
 
         # ---- data and envs
         self.sampler = TaskSampler(list_tasks(cfg, cfg.env.train_split), cfg.seed)
-        self.num_envs = cfg.data.train_batch_size * cfg.env.rollout.n
+        self.num_envs = cfg.data.train_batch_size // self.dist.world_size * cfg.env.rollout.n  # this rank's envs
         self.pool = None
         # tasks whose env resets run in the workers while the previous update trains
         self._pending_tasks: Optional[list[Task]] = None
@@ -245,13 +256,27 @@ class Trainer:
         # ---- state
         self.iteration = 0
         self.update_step = 0  # u: completed policy updates (λ schedule, teacher sync phase)
-        if not resume:  # every start-up check passed: now the folder may exist
+        if not resume and self.dist.is_main:  # every start-up check passed: now the folder may exist
             self._run_lock = create_run_dir(self.run_dir, cfg.trainer.overwrite)
             atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
-        self.logger = MetricsLogger(self.run_dir, cfg.trainer.logger, project=cfg.trainer.project_name,
-                                    config=yaml.safe_load(to_yaml(cfg)) if "wandb" in cfg.trainer.logger else None)
+        sinks = cfg.trainer.logger if self.dist.is_main else []
+        self.logger = MetricsLogger(self.run_dir, sinks, project=cfg.trainer.project_name,
+                                    config=yaml.safe_load(to_yaml(cfg)) if "wandb" in sinks else None)
         if resume:
             self._resume()
+
+    def _prepare_distributed(self) -> None:
+        """``self.train_model``: the policy as the update's forward passes see it (DDP-wrapped by
+        ``accelerator.prepare`` with N > 1; the policy itself with one process; same parameters).
+        With N > 1: only rank 0 writes traces and teacher logs, and each rank samples rollouts
+        with its own seed ``seed + rank`` (the models were loaded under ``seed`` on every rank)."""
+        self.train_model, self.optimizer = self.dist.prepare(self.policy, self.optimizer)
+        if not self.dist.enabled:
+            return
+        set_seed(self.cfg.seed + self.dist.rank)
+        if not self.dist.is_main:
+            self.teacher_log.enabled = False
+            self.trace.every = 0
 
     def _build_algorithms(self) -> None:
         """The advantage estimator, the policy loss and its per-batch-kind parameters, SPEAR's
@@ -321,7 +346,10 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         # the cursor *before* any prefetched draw, so a resumed run draws those tasks again
         sampler = self._sampler_state_before_pending if self._pending_tasks else self.sampler.state_dict()
-        state = {"update_step": self.update_step, "sampler": sampler, "generator": self.generator.get_state()}
+        state = {"update_step": self.update_step, "sampler": sampler, "generator": self.generator.get_state(),
+                 WORLD_SIZE_KEY: self.dist.world_size}
+        if self.dist.enabled:  # every rank's sampling RNG (collective: all ranks call state_dict)
+            state["rank_rng"] = self.dist.gather_one(rng_state())
         if self.context_builder is not None:
             state["serl_context"] = self.context_builder.state_dict()
         if self.replay_buffer is not None:
@@ -337,15 +365,24 @@ class Trainer:
         return self.policy, teacher
 
     def save(self) -> Path:
+        """Write a checkpoint (rank 0; the other ranks wait for it) and return its folder.
+        With N > 1 every rank must call it (the state gathers each rank's RNG)."""
         policy, teacher = self._checkpointed_models()
-        return save_checkpoint(self.run_dir, self.iteration, policy, self.optimizer, self.state_dict(),
-                               teacher=teacher, keep=self.cfg.trainer.max_checkpoints_to_keep)
+        state = self.state_dict()
+        path = None
+        if self.dist.is_main:
+            path = save_checkpoint(self.run_dir, self.iteration, policy, self.optimizer, state,
+                                   teacher=teacher, keep=self.cfg.trainer.max_checkpoints_to_keep)
+        return self.dist.gather_one(path)[0]  # also the barrier: rank 0 has written it
 
     def _resume(self) -> None:
         """Restore the newest intact checkpoint (a damaged newer one is reported and skipped)."""
         policy, teacher = self._checkpointed_models()
         folder, state = load_newest_intact(
             self.run_dir, lambda f: load_checkpoint(f, policy, self.optimizer, teacher=teacher))
+        check_checkpoint_world_size(state, self.dist.world_size, folder)
+        if "rank_rng" in state:
+            set_rng_state(state["rank_rng"][self.dist.rank])
         self.iteration = int(state["iteration"])
         self.update_step = int(state["update_step"])
         self.sampler.load_state_dict(state["sampler"])
@@ -359,7 +396,8 @@ class Trainer:
             else:  # e.g. a GRPO run resumed with SPEAR switched on
                 log.warning("checkpoint %s has no replay buffer: SPEAR replay starts empty", folder)
         self._sync_rollout_model()
-        self.logger.truncate_after(self.iteration)
+        if self.dist.is_main:
+            self.logger.truncate_after(self.iteration)
         log.info("resumed %s at iteration %d (update %d)", folder, self.iteration, self.update_step)
 
     @torch.no_grad()
@@ -469,12 +507,14 @@ class Trainer:
             if pbar is not None:
                 pbar.set_postfix_str(f"rollout step {step}/{c.env.max_steps}, {active} active")
 
-        groups = self._collector(self.pool).collect(tasks, c.env.rollout.n, self._sampling(False), progress,
-                                                    reset_results=reset_results)
+        # N > 1: this rank plays its share of the groups; then every rank holds all of them
+        groups = self._collector(self.pool).collect(self.dist.share(tasks), c.env.rollout.n, self._sampling(False),
+                                                    progress, reset_results=reset_results)
+        groups = self.dist.gather(groups)
         if self.iteration + 1 < c.trainer.total_training_steps:
             self._sampler_state_before_pending = self.sampler.state_dict()
             self._pending_tasks = self.sampler.draw(c.data.train_batch_size)
-            self.pool.reset_async([t for t in self._pending_tasks for _ in range(c.env.rollout.n)])
+            self.pool.reset_async([t for t in self.dist.share(self._pending_tasks) for _ in range(c.env.rollout.n)])
         return groups
 
     def _step_table(self, groups: list[Group], step: int) -> StepTable:
@@ -632,9 +672,15 @@ class Trainer:
         if pbar is not None and label:
             def progress(k: int, n: int) -> None:
                 pbar.set_postfix_str(f"{label} scoring {k}/{n} rows")
-        return score_logprobs(model, batch, self.cfg.actor.log_prob_micro_batch_size_per_gpu, pad_id=self.tokenizer.pad_token_id,
-                              temperature=self.cfg.rollout.temperature, device=self.device, prompt_ids=prompt_ids,
-                              autocast=self._autocast if autocast else nullcontext, progress=progress)
+        def score(idx: list[int]) -> list[torch.Tensor]:  # N > 1: rows r, r+N, ... on rank r, then gathered
+            part = batch if len(idx) == len(batch) else batch.select(idx)
+            prompts = None if prompt_ids is None or len(idx) == len(batch) else [prompt_ids[i] for i in idx]
+            return score_logprobs(model, part, self.cfg.actor.log_prob_micro_batch_size_per_gpu,
+                                  pad_id=self.tokenizer.pad_token_id, temperature=self.cfg.rollout.temperature,
+                                  device=self.device, prompt_ids=prompt_ids if prompts is None else prompts,
+                                  autocast=self._autocast if autocast else nullcontext, progress=progress)
+
+        return self.dist.sharded_map(score, len(batch))
 
     def _teacher_logprobs(self, groups: list[Group], table: StepTable, batch: UpdateBatch, metrics: dict[str, float],
                           pbar=None) -> tuple[list[Optional[torch.Tensor]], list[bool]]:
@@ -753,22 +799,32 @@ class Trainer:
         gamma_t = replay_coef(self.iteration + 1 if step is None else step, s.replay_loss_coef,
                               s.max_replay_loss_steps) if replay else 0.0
         replay_batch = UpdateBatch.from_replay_rows(list(replay), gamma_t)
-        self.policy.train()
+        self.train_model.train()
         means = MetricMeans()
         for _ in range(a.ppo_epochs):
             for part in (batch, replay_batch):
                 for mini in part.split(a.ppo_mini_batch_size):
                     self.optimizer.zero_grad(set_to_none=True)
-                    for micro in self._micro_batches(mini):
-                        m, old = self._micro_step(micro, len(mini))
-                        part.fill_old_log_probs(micro.index, old)
-                        means.add(m)
+                    self._accumulate_gradients(part, mini, means)
                     means.add(self._optimizer_step(part.prefix))
-        self.policy.eval()
-        metrics = means.result()
+        self.train_model.eval()
+        metrics = self.dist.reduce_means(means)  # N > 1: over every rank's micro-steps
         if replay:
             metrics.update({"replay/coef": gamma_t, "replay/rows": float(len(replay))})
         return metrics
+
+    def _accumulate_gradients(self, part: UpdateBatch, mini: UpdateBatch, means: MetricMeans) -> None:
+        """Forward/backward of this rank's micro-batches of ``mini`` (all of them with one process;
+        with N ranks micro-batch ``k`` runs on rank ``k mod N``, :func:`deal_micro_batches`); the
+        gradients are all-reduced on the last micro-step only (DDP ``no_sync`` before). Records
+        the old log-probs used in ``part`` and the micro-step metrics in ``means``."""
+        plan = deal_micro_batches(self._micro_batches(mini), self.dist.rank, self.dist.world_size)
+        for k, (micro, weight) in enumerate(plan):
+            with self.dist.sync_context(self.train_model, sync=k == len(plan) - 1):
+                m, old = self._micro_step(micro, len(mini), weight)
+            if weight:
+                part.fill_old_log_probs(micro.index, old)
+                means.add(m)
 
     def _micro_batches(self, mini: UpdateBatch) -> list[UpdateBatch]:
         """The micro-batches of one mini-batch: consecutive rows of ``actor.ppo_micro_batch_size``,
@@ -782,9 +838,11 @@ class Trainer:
 
     def _precompute_old_logprobs(self, batch: UpdateBatch) -> None:
         """Behaviour log-probs, before any optimizer step, of the rows outside the first
-        mini-batch (of every row with ``algorithm.serl.student_logprob=old``); the first
+        mini-batch (of every row with ``algorithm.serl.student_logprob=old`` or N > 1); the first
         mini-batch's are its detached current log-probs, taken in the micro-step."""
-        first = 0 if self.cfg.algorithm.serl.student_logprob == "old" else self.cfg.actor.ppo_mini_batch_size
+        # N > 1: all rows (a rank runs only some micro-batches, but every rank needs every row's)
+        first = 0 if self.cfg.algorithm.serl.student_logprob == "old" or self.dist.enabled \
+            else self.cfg.actor.ppo_mini_batch_size
         targets = list(range(first, len(batch)))
         if targets:
             self.policy.eval()
@@ -800,14 +858,17 @@ class Trainer:
             self.optimizer.step()
         return {f"{prefix}/grad_norm": grad_norm.item(), f"{prefix}/lr": self.optimizer.param_groups[0]["lr"]}
 
-    def _micro_step(self, micro: UpdateBatch, mini_rows: int) -> tuple[dict[str, float], list[torch.Tensor]]:
+    def _micro_step(self, micro: UpdateBatch, mini_rows: int, weight: float = 1.0
+                    ) -> tuple[dict[str, float], list[torch.Tensor]]:
         """Forward/backward of one micro-batch, on-policy or SPEAR replay (the batch says which).
 
-        loss = loss_coef · len(micro)/mini_rows · [policy_loss(logπ_old, logπ, A·W, m)
+        loss = weight · loss_coef · len(micro)/mini_rows · N · [policy_loss(logπ_old, logπ, A·W, m)
         − entropy_coeff·agg(H, m) + kl_loss_coef·agg(KL(π‖π_ref), m)]: ``m`` = response mask ×
         the row's mask (Dr.BoT / stored), ``A`` the token advantages, ``W`` SERL's weights (rows
         with teacher log-probs), the KL term only for rows with reference log-probs; a replay
         batch uses the ``*_replay`` loss parameters and γ_t as ``loss_coef``. Tensors ``[b, R]``.
+        ``N`` = the number of processes (DDP then averages the ranks' gradients:
+        :func:`~serl.train.distributed.micro_loss_scale`); ``weight`` 0 = a padding micro-step.
 
         Returns:
             ``(metrics, old)``: the metrics under ``micro.prefix``, and per row the old log-probs
@@ -816,8 +877,8 @@ class Trainer:
         a = self.cfg.actor
         b = micro.collate(self.tokenizer.pad_token_id).to(self.device)
         R = b.responses.shape[1]
-        with self._autocast():
-            lp, ent = response_logprobs(self.policy, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0)
+        with self._autocast():  # through the DDP wrapper with N > 1 (its hooks all-reduce the gradients)
+            lp, ent = response_logprobs(self.train_model, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0)
         lp = lp.float()
         old_rows = [o if o is not None else lp[j, : len(r)].detach().cpu()
                     for j, (o, r) in enumerate(zip(micro.old_log_probs, micro.response_ids))]
@@ -828,7 +889,8 @@ class Trainer:
         if micro.teacher_log_probs is not None:
             adv_tok = self._serl_weighted(micro, b, adv_tok, mask, lp, old, metrics)
         loss = self._loss(micro, lp, ent, old, adv_tok, mask, metrics)
-        (loss * (len(micro) / mini_rows) * micro.loss_coef).backward()
+        scale = micro_loss_scale(len(micro), mini_rows, self.dist.world_size)
+        self.dist.backward(loss * (scale * weight) * micro.loss_coef)
         return metrics, old_rows
 
     def _loss(self, micro: UpdateBatch, lp: torch.Tensor, ent: Optional[torch.Tensor], old: torch.Tensor,
@@ -873,27 +935,28 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, float]:
         """Train until ``trainer.total_training_steps``; checkpoint every ``save_freq`` iterations
-        and at the end. Returns the last iteration's metrics."""
+        and at the end. Returns the last iteration's metrics. With N > 1 processes only rank 0
+        evaluates (``trainer.test_freq``), shows progress and writes ``last_rollout.jsonl``."""
         from tqdm.auto import tqdm
 
-        c = self.cfg.trainer
+        c, main = self.cfg.trainer, self.dist.is_main
         last: dict[str, float] = {}
         try:
-            if c.val_before_train and self.iteration == 0:
+            if c.val_before_train and self.iteration == 0 and main:
                 self._log_eval(0)
             with tqdm(total=c.total_training_steps, initial=self.iteration, desc="serl train", unit="it",
-                      disable=not c.progress, file=sys.stderr, dynamic_ncols=True) as pbar:
+                      disable=not (c.progress and main), file=sys.stderr, dynamic_ncols=True) as pbar:
                 while self.iteration < c.total_training_steps:
                     last = self.train_iteration(pbar)
                     self.logger.log(self.iteration, last)
-                    if c.test_freq > 0 and self.iteration % c.test_freq == 0:
+                    if c.test_freq > 0 and self.iteration % c.test_freq == 0 and main:
                         last.update(self._log_eval(self.iteration))
                     done = self.iteration >= c.total_training_steps
                     if done or (c.save_freq > 0 and self.iteration % c.save_freq == 0):
                         self.save()
                     pbar.update(1)
                     pbar.set_postfix_str(f"success {last.get('episode/success_rate', 0):.2f}")
-            if self._last_groups_exist():
+            if self._last_groups_exist() and main:
                 write_jsonl(self.run_dir / "last_rollout.jsonl",
                             [t for g in self._last_groups for t in g.trajectories])
         finally:
@@ -919,7 +982,7 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the env workers, close the judge client and the metric sinks, release the run
-        folder's lock."""
+        folder's lock (rank 0's)."""
         try:
             if self.pool is not None:
                 self.pool.close()
