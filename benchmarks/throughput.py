@@ -41,6 +41,7 @@ import platform
 import random
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -210,7 +211,7 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("overrides", nargs="*", help="config overrides (key=value)")
     args = ap.parse_args(argv)
     cfg = load_config("cpu", args.overrides + ["trainer.logger=[]", "trainer.progress=false",
-                                               "trainer.output_dir=/tmp/serl-throughput", "trainer.run_name=bench",
+                                               f"trainer.output_dir={tempfile.mkdtemp(prefix='serl-throughput-')}", "trainer.run_name=bench",
                                                "algorithm.serl.enable=true"])
     tr = Trainer(cfg)
     try:
