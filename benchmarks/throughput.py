@@ -13,8 +13,11 @@ the current one, side by side in one run on the same batch, with the real SmolLM
   head. Rows/s. The rows are scored under their own prompts (the teacher's privileged prompts
   are longer; the comparison is the same for both paths).
 * **generation** (``rollout.micro_batch_size`` = ``--gen-batch`` prompts, sampled, T=1): HF
-  ``generate`` with the default dynamic KV cache, with a static KV cache, and (``--compile``)
-  with a static cache and a ``torch.compile``\\ d decode step. Sampled tokens/s.
+  ``generate`` with the dynamic KV cache; former = transformers' ``sdpa`` attention in every
+  step, current = serl's decode attention (:mod:`serl.models.attention`: one-token queries as
+  grouped matmuls); ``--compile`` adds a static cache with a ``torch.compile``\\ d decode step.
+  Sampled tokens/s, and each run split into its prefill (a ``max_new_tokens=1`` call) and the
+  CPU milliseconds per decode step.
 
 Every figure is given per wall second and per CPU second of this process (``time.process_time``).
 On a shared machine run it with one thread (``trainer.num_threads=1``, ``OMP_NUM_THREADS=1``):
@@ -38,6 +41,7 @@ import platform
 import random
 import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -157,12 +161,43 @@ def time_scoring(tr: Trainer, rows: list[Step]) -> Clock:
     return c
 
 
-def time_generation(engine: HFEngine, prompts: list[list[int]], new_tokens: int) -> tuple[Clock, int]:
+def time_generation(engine: HFEngine, prompts: list[list[int]], new_tokens: int) -> tuple[Clock, int, int]:
+    """Clock of one sampled ``generate``, its sampled tokens and its longest response (= steps)."""
     params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, do_sample=True, seed=0)
     engine.generate(prompts[:1], SamplingParams(max_new_tokens=2, do_sample=False))  # warm-up
     with Clock() as c:
         out = engine.generate(prompts, params)
-    return c, sum(len(r) for r in out)
+    return c, sum(len(r) for r in out), max(len(r) for r in out)
+
+
+def sdpa_copy(model):
+    """A copy of ``model`` with transformers' plain ``sdpa`` attention (the former decode path)."""
+    plain = copy.deepcopy(model)
+    plain.set_attn_implementation("sdpa")
+    return plain
+
+
+def run_generation(tr: Trainer, args, prompts: list[list[int]]) -> dict:
+    """Former (``sdpa`` attention) vs current (serl's decode attention) HF generation on the same
+    prompts, each split into the prefill (``max_new_tokens=1``) and the decode steps."""
+    res: dict = {}
+    variants = [("former", sdpa_copy(tr.rollout_model), {}), ("current", tr.rollout_model, {})]
+    if args.compile:
+        variants.append(("static_compiled", tr.rollout_model, {"cache_implementation": "static",
+                                                               "compile_decode": True}))
+    for label, model, kw in variants:
+        eng = HFEngine(model, tr.tokenizer, args.gen_batch, **kw)
+        c1, _, _ = time_generation(eng, prompts, 1)
+        c, n, longest = time_generation(eng, prompts, args.gen_tokens)
+        steps = max(1, longest - 1)  # decode steps after the prefill's first token
+        res.update({f"generation_{label}_tokens": n, f"generation_{label}_wall_s": c.wall,
+                    f"generation_{label}_cpu_s": c.cpu, f"generation_{label}_tokens_per_cpu_s": n / c.cpu,
+                    f"generation_{label}_prefill_cpu_s": c1.cpu,
+                    f"generation_{label}_decode_ms_per_step": 1000 * (c.cpu - c1.cpu) / steps})
+        print(f"generation {label}: {n} tokens, {n / c.cpu:.2f} tok/CPU-s (wall {c.wall:.0f} s); prefill "
+              f"{c1.cpu:.1f} CPU-s, decode {res[f'generation_{label}_decode_ms_per_step']:.0f} ms/step",
+              file=sys.stderr)
+    return res
 
 
 def main(argv: list[str]) -> dict:
@@ -176,7 +211,7 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("overrides", nargs="*", help="config overrides (key=value)")
     args = ap.parse_args(argv)
     cfg = load_config("cpu", args.overrides + ["trainer.logger=[]", "trainer.progress=false",
-                                               "trainer.output_dir=/tmp/serl-throughput", "trainer.run_name=bench",
+                                               f"trainer.output_dir={tempfile.mkdtemp(prefix='serl-throughput-')}", "trainer.run_name=bench",
                                                "algorithm.serl.enable=true"])
     tr = Trainer(cfg)
     try:
@@ -218,15 +253,7 @@ def run(tr: Trainer, args) -> dict:
               f"{res[f'{label}_update_mfu']:.3f}; wall {cu.wall:.0f} s), teacher scoring "
               f"{res[f'{label}_teacher_rows_per_cpu_s']:.2f} rows/CPU-s (wall {cs.wall:.0f} s)", file=sys.stderr)
     prompts = [s.prompt_ids for s in rows[: args.gen_batch]]
-    variants = [("dynamic_cache", {}), ("static_cache", {"cache_implementation": "static"})]
-    if args.compile:
-        variants.append(("static_compiled", {"cache_implementation": "static", "compile_decode": True}))
-    for label, kw in variants:
-        eng = HFEngine(tr.rollout_model, tr.tokenizer, args.gen_batch, **kw)
-        c, n = time_generation(eng, prompts, args.gen_tokens)
-        res.update({f"generation_{label}_tokens": n, f"generation_{label}_wall_s": c.wall,
-                    f"generation_{label}_tokens_per_cpu_s": n / c.cpu})
-        print(f"generation {label}: {n} tokens, {n / c.cpu:.2f} tok/CPU-s (wall {c.wall:.0f} s)", file=sys.stderr)
+    res.update(run_generation(tr, args, prompts))
     return res
 
 

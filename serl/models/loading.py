@@ -287,6 +287,9 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
             weights at load (``PeftModel.merge_and_unload``), so the result is a plain model
             whose every weight trains, exactly as if the merged folder had been given as ``path``.
 
+    A model with ``sdpa`` attention is switched to :func:`serl.models.attention.use_serl_attention`
+    (the same results; faster one-token decode steps on CPU in bf16).
+
     Raises:
         ModelLoadError: the model or the adapter cannot be loaded (the message says which).
     """
@@ -305,6 +308,9 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
         except Exception as e:
             raise ModelLoadError(f"could not apply the adapter {folder!r} to {path!r}: {e}") from e
         model = model.to(dtype)
+    from serl.models.attention import use_serl_attention
+
+    use_serl_attention(model)  # one-token decode steps without the slow CPU sdpa kernel
     return model.to(device)
 
 

@@ -1,0 +1,64 @@
+"""serl's one-token decode attention gives transformers' sdpa results (CPU, bf16)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from serl.models.attention import SERL_ATTENTION, _decode_attention, serl_attention_forward, use_serl_attention
+from serl.models.loading import load_causal_lm, load_tokenizer
+from serl.rollout.engine import HFEngine, SamplingParams
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float"])
+def test_decode_attention_matches_sdpa(mask_kind):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    g = torch.Generator().manual_seed(0)
+    B, H, KV, L, D = 3, 6, 2, 37, 16
+    q, k, v = (torch.randn(*s, generator=g) for s in ((B, H, 1, D), (B, KV, L, D), (B, KV, L, D)))
+    mask = None
+    if mask_kind != "none":
+        keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
+        keep[0, ..., :5] = False  # row 0 left-padded
+        keep[2, ..., :11] = False
+        mask = keep if mask_kind == "bool" else torch.zeros(B, 1, 1, L).masked_fill(~keep, float("-inf"))
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = H // KV, True
+    ref, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=D ** -0.5)
+    out = _decode_attention(q, k, v, mask, D ** -0.5)
+    assert out.shape == (B, 1, H, D)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    # bf16 inputs take the grouped-matmul path in the registered function; within bf16 rounding
+    qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    fast, _ = serl_attention_forward(module, qb, kb, vb, mask if mask is None or mask.dtype == torch.bool
+                                     else mask.bfloat16(), scaling=D ** -0.5)
+    assert fast.dtype == torch.bfloat16
+    torch.testing.assert_close(fast.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+def test_loaded_models_use_serl_attention_and_greedy_tokens_equal_sdpa(tiny_model_dir, tmp_path):
+    model = load_causal_lm(str(tiny_model_dir), torch.bfloat16, "cpu")
+    assert model.config._attn_implementation == SERL_ATTENTION
+    model.save_pretrained(tmp_path / "saved")  # the switch is not written into the saved config
+    assert SERL_ATTENTION not in (tmp_path / "saved" / "config.json").read_text()
+    plain = copy.deepcopy(model)
+    plain.set_attn_implementation("sdpa")
+    tok = load_tokenizer(str(tiny_model_dir))
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 4000, (n,), generator=g).tolist() for n in (9, 23, 17, 30)]  # left padding
+    params = SamplingParams(max_new_tokens=12, do_sample=False)
+    fast = HFEngine(model, tok, 4).generate(prompts, params)
+    ref = HFEngine(plain, tok, 4).generate(prompts, params)
+    assert fast == ref
+    assert sum(len(r) for r in fast) > 4
+
+
+def test_use_serl_attention_leaves_other_attention_kinds(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), attn_implementation="eager")
+    assert not use_serl_attention(model)
+    assert model.config._attn_implementation == "eager"
