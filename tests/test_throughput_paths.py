@@ -97,7 +97,7 @@ def test_dynamic_bsz_micro_batches_cover_the_mini_batch_by_length(tiny_model_dir
 def test_auto_engine_resolves_to_a_registered_engine(tiny_model_dir):
     assert resolve_engine_name("auto", "cpu") == "hf" and "hf" in ENGINE_REGISTRY
     with pytest.raises(ValueError, match="unknown rollout engine"):
-        resolve_engine_name("vllm", "cpu")
+        resolve_engine_name("sglang", "cpu")
     from serl.models.loading import load_causal_lm, load_tokenizer
 
     eng, name = make_engine("auto", load_causal_lm(str(tiny_model_dir), torch.float32, "cpu"),

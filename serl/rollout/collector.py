@@ -19,7 +19,7 @@ from serl.agent.chat import chat_prompt_ids
 from serl.agent.parsing import FALLBACK_CHARS, action_token_mask, project_action
 from serl.agent.prompts import PromptBuilder, get_prompt_builder
 from serl.envs.base import StepResult, Task
-from serl.rollout.engine import RolloutEngine, SamplingParams
+from serl.rollout.engine import RolloutEngine, SamplingParams, sample
 from serl.trajectory import Group, Step, Trajectory
 
 if TYPE_CHECKING:
@@ -175,18 +175,18 @@ class Collector:
                 prompt_ids.append(ids)
                 n_prompts += 1
                 n_truncated += truncated
-            responses = self.engine.generate(prompt_ids, params)
+            responses, engine_lps = sample(self.engine, prompt_ids, params)
             actions: list[str | None] = [None] * len(states)
             parsed = {}
-            for i, ids, resp in zip(active, prompt_ids, responses):
+            for k, (i, ids, resp) in enumerate(zip(active, prompt_ids, responses)):
                 text, amask = action_token_mask(resp, self.tokenizer)
                 action, valid = project_action(text, self.fallback_chars)
                 actions[i] = action
-                parsed[i] = (ids, resp, text, amask, action, valid)
+                parsed[i] = (ids, resp, text, amask, action, valid, None if engine_lps is None else engine_lps[k])
             step_results = self.pool.step(actions)
             for i in active:
                 st = states[i]
-                ids, resp, text, amask, action, valid = parsed[i]
+                ids, resp, text, amask, action, valid, resp_lps = parsed[i]
                 res = step_results[i]
                 seen = st.result
                 st.history.append((seen.observation, action))
@@ -196,6 +196,7 @@ class Collector:
                     action_valid=valid, admissible_actions=list(seen.admissible_actions),
                     reward=float(res.reward), feedback=res.feedback or res.observation,
                     done=bool(res.done), won=bool(res.won), info=_jsonable(res.info),
+                    rollout_log_probs=resp_lps,
                 )
                 st.traj.steps.append(step)
                 st.result = res

