@@ -67,7 +67,7 @@ from serl.train.batch import (RowBatch, StepTable, UpdateBatch, length_buckets, 
 from serl.train.checkpoint import (load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state,
                                    save_checkpoint, set_rng_state)
 from serl.train.distributed import WORLD_SIZE_KEY, Distributed, check_checkpoint_world_size, deal_micro_batches, micro_loss_scale
-from serl.train.run_dir import RunLock, check_new_run_dir, check_output_dir, create_run_dir
+from serl.train.run_dir import RunLock, check_run_dir, create_run_dir
 from serl.train.metrics import (MetricMeans, MetricsLogger, advantage_signal_metrics, rollout_metrics,
                                 success_by_type)
 from serl.train.teacher_log import (TeacherLogWriter, TraceWriter, serl_trace_fields, teacher_log_row,
@@ -205,19 +205,16 @@ class Trainer:
         exist; it is locked now and stale ``.tmp_*`` checkpoint folders are removed. New run:
         ``trainer.output_dir`` must be writable and the folder empty or absent (or
         ``trainer.overwrite``); nothing is written yet (see :meth:`_start`)."""
-        if resume:
+        if resume and not self.dist.is_main:  # rank 0 alone locks (and cleans) a resumed folder
             if not self.run_dir.is_dir():
                 raise CheckpointError(f"cannot resume: {self.run_dir} is not a run folder")
             lock = None
-            if self.dist.is_main:
-                lock = RunLock.acquire(self.run_dir)
-                remove_stale_tmp_dirs(self.run_dir)
-            self.dist.barrier()  # no rank reads a checkpoint while rank 0 cleans up
-            return lock
-        check_output_dir(self.run_dir.parent)
-        check_new_run_dir(self.run_dir, self.cfg.trainer.overwrite)
-        self.dist.barrier()  # every rank checked the folder before rank 0 creates it
-        return None
+        else:
+            lock = check_run_dir(self.run_dir, resume, self.cfg.trainer.overwrite)
+        if lock is not None:
+            remove_stale_tmp_dirs(self.run_dir)
+        self.dist.barrier()  # no rank reads a checkpoint while rank 0 cleans up / creates the folder
+        return lock
 
     def _release_run_dir(self) -> None:
         if self._run_lock is not None:
