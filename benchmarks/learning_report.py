@@ -130,42 +130,30 @@ def _curve_axes(ax, curve: dict[str, dict[int, list[float]]], ylabel: str, title
     ax.set_title(title)
 
 
-def final_table(evals, algos, seeds, splits, last_it) -> list[str]:
-    lines = ["| policy | split | success | valid-action ratio | admissible-action ratio |", "|---|---|---|---|---|"]
+#: the columns of the final table per env: (header, metrics.json key); success is always first
+FINAL_COLUMNS = {
+    "alfworld": [("valid-action ratio", "valid_action_ratio"), ("admissible-action ratio", "admissible_action_ratio")],
+    "webshop": [("mean score", "webshop_task_score"), ("valid-action ratio", "valid_action_ratio")],
+}
+
+
+def final_table(evals, algos, seeds, splits, last_it, env: str = "alfworld") -> list[str]:
+    """Success and the env's :data:`FINAL_COLUMNS` per policy, at the SFT start and at iteration
+    ``last_it`` (mean ± std over seeds). WebShop's success is score = 1."""
+    cols = FINAL_COLUMNS[env]
+    lines = ["| policy | split | success | " + " | ".join(h for h, _ in cols) + " |", "|---|---|---|" + "---|" * len(cols)]
     for split in splits:
         if ("sft", 0, split) in evals:
             m = evals[("sft", 0, split)]
-            lines.append(f"| SFT start | {split} | {m['success_rate']:.3f} | {m.get('valid_action_ratio', float('nan')):.3f} | "
-                         f"{m.get('admissible_action_ratio', float('nan')):.3f} |")
+            lines.append(f"| SFT start | {split} | {m['success_rate']:.3f} | "
+                         + " | ".join(f"{m.get(k, float('nan')):.3f}" for _, k in cols) + " |")
         for algo in algos:
             ms = [evals[(f"{algo}_s{s}", last_it, split)] for s in seeds if (f"{algo}_s{s}", last_it, split) in evals]
             if not ms:
-                lines.append(f"| {algo} | {split} | not evaluated yet | | |")
+                lines.append(f"| {algo} | {split} | not evaluated yet |" + " |" * len(cols))
                 continue
             lines.append(f"| {algo}, iteration {last_it} | {split} | {mean_std([m['success_rate'] for m in ms])} | "
-                         f"{mean_std([m.get('valid_action_ratio', float('nan')) for m in ms])} | "
-                         f"{mean_std([m.get('admissible_action_ratio', float('nan')) for m in ms])} |")
-    return lines
-
-
-def webshop_final_table(evals, algos, seeds, splits, last_it) -> list[str]:
-    """WebShop: success (score = 1), mean score and valid-action ratio per policy, at the SFT
-    start and at iteration ``last_it`` (mean ± std over seeds)."""
-    key = "webshop_task_score"
-    lines = ["| policy | split | success | mean score | valid-action ratio |", "|---|---|---|---|---|"]
-    for split in splits:
-        if ("sft", 0, split) in evals:
-            m = evals[("sft", 0, split)]
-            lines.append(f"| SFT start | {split} | {m['success_rate']:.3f} | {m.get(key, float('nan')):.3f} | "
-                         f"{m.get('valid_action_ratio', float('nan')):.3f} |")
-        for algo in algos:
-            ms = [evals[(f"{algo}_s{s}", last_it, split)] for s in seeds if (f"{algo}_s{s}", last_it, split) in evals]
-            if not ms:
-                lines.append(f"| {algo} | {split} | not evaluated yet | | |")
-                continue
-            lines.append(f"| {algo}, iteration {last_it} | {split} | {mean_std([m['success_rate'] for m in ms])} | "
-                         f"{mean_std([m.get(key, float('nan')) for m in ms])} | "
-                         f"{mean_std([m.get('valid_action_ratio', float('nan')) for m in ms])} |")
+                         + " | ".join(mean_std([m.get(k, float('nan')) for m in ms]) for _, k in cols) + " |")
     return lines
 
 
@@ -217,7 +205,7 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
     plot(curve, png, env, curves(evals, args.algos, args.seeds, args.splits, "webshop_task_score") if ws else None)
     last_it = max([it for c in curve.values() for it in c] or [0])
     panel = panel_ids(workdir, env)
-    table = (webshop_final_table if ws else final_table)(evals, args.algos, args.seeds, args.splits, last_it)
+    table = final_table(evals, args.algos, args.seeds, args.splits, last_it, "webshop" if ws else "alfworld")
     md = [
         "# Learning experiment" + (": WebShop" if ws else ""), "",
         "Command: `python benchmarks/learning.py " + " ".join(sys.argv[1:]) + "`", "",
