@@ -211,3 +211,16 @@ def test_accelerate_launch_two_processes_writes_once_and_resumes(tiny_model_dir,
     p = subprocess.run([sys.executable, "-m", "serl.cli", "train", "--resume", str(run),
                         "trainer.total_training_steps=3"], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 2 and "written by 2 process(es) but this run has 1" in p.stderr, p.stderr[-2000:]
+
+
+def test_malformed_world_size_is_a_clear_error(monkeypatch):
+    from serl.errors import ConfigError
+    from serl.train.distributed import launched_world_size
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert launched_world_size() == 1
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert launched_world_size() == 2
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ConfigError, match="WORLD_SIZE='two'"):
+        launched_world_size()

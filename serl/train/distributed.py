@@ -61,11 +61,16 @@ WORLD_SIZE_KEY = "world_size"
 
 def launched_world_size() -> int:
     """The number of processes a launcher (``accelerate launch``, ``torchrun``) started: the
-    ``WORLD_SIZE`` environment variable, 1 when unset."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
+    ``WORLD_SIZE`` environment variable, 1 when unset.
+
+    Raises:
+        ConfigError: ``WORLD_SIZE`` is set but not a positive integer.
+    """
+    raw = os.environ.get("WORLD_SIZE", "1")
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise ConfigError(f"WORLD_SIZE={raw!r} is not a positive integer; unset it, or start serl with "
+                          "`accelerate launch` / `torchrun`, which set it")
+    return int(raw)
 
 
 def check_world_size(cfg: "Config", world_size: int) -> None:
