@@ -7,9 +7,11 @@ import copy
 import pytest
 import torch
 
-from serl.models.attention import SERL_ATTENTION, _decode_attention, serl_attention_forward, use_serl_attention
+from serl.models.attention import (SERL_ATTENTION, _decode_attention, attend_somewhere, serl_attention_forward,
+                                   use_serl_attention)
 from serl.models.loading import load_causal_lm, load_tokenizer
 from serl.rollout.engine import HFEngine, SamplingParams
+from serl.train.batch import collate, response_logprobs
 
 
 @pytest.mark.parametrize("mask_kind", ["none", "bool", "float"])
@@ -62,3 +64,44 @@ def test_use_serl_attention_leaves_other_attention_kinds(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), attn_implementation="eager")
     assert not use_serl_attention(model)
     assert model.config._attn_implementation == "eager"
+
+
+def test_attend_somewhere_unmasks_only_fully_masked_rows():
+    m = torch.tensor([[[[False, False, False], [True, False, False], [True, True, False]]]])
+    assert attend_somewhere(m).tolist() == [[[[True, True, True], [True, False, False], [True, True, False]]]]
+    assert m[0, 0, 0].tolist() == [False, False, False]  # the input is not modified
+    lo = torch.finfo(torch.float32).min
+    f = torch.tensor([[[[lo, lo], [0.0, lo]], [[float("-inf"), float("-inf")], [lo, 0.0]]]])  # [1, 2, 2, 2]
+    assert attend_somewhere(f).tolist() == [[[[0.0, 0.0], [0.0, lo]], [[0.0, 0.0], [lo, 0.0]]]]
+
+
+def test_padded_training_forward_passes_no_fully_masked_row_and_keeps_log_probs(tiny_model_dir, monkeypatch):
+    """A left-padded batch: every mask row reaching sdpa attends somewhere (CUDA's memory-efficient
+    backward gives NaN gradients otherwise), and the response log-probs and gradients equal eager
+    attention's, which never had fully masked rows to begin with."""
+    import transformers.integrations.sdpa_attention as sdpa_mod
+
+    seen = []
+    real = sdpa_mod.sdpa_attention_forward
+
+    def spy(module, q, k, v, mask, **kw):
+        if mask is not None:
+            seen.append(bool(mask.any(dim=-1).all()) if mask.dtype == torch.bool else
+                        bool((mask.amax(dim=-1) > torch.finfo(mask.dtype).min).all()))
+        return real(module, q, k, v, mask, **kw)
+
+    monkeypatch.setattr(sdpa_mod, "sdpa_attention_forward", spy)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 4000, (n,), generator=g).tolist() for n in (30, 7, 19)]
+    responses = [torch.randint(3, 4000, (n,), generator=g).tolist() for n in (5, 9, 2)]
+    batch = collate(prompts, responses, pad_id=0)
+    out = {}
+    for impl in (SERL_ATTENTION, "eager"):
+        model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
+        model.set_attn_implementation(impl)
+        lp, _ = response_logprobs(model, batch)
+        (lp * batch.response_mask).sum().backward()
+        out[impl] = (lp * batch.response_mask, torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert seen and all(seen)
+    torch.testing.assert_close(out[SERL_ATTENTION][0], out["eager"][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[SERL_ATTENTION][1], out["eager"][1], atol=1e-5, rtol=1e-4)

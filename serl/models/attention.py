@@ -8,7 +8,14 @@ length 1, while the same attention as two small matmuls takes 0.6 ms. Over 30 la
 length-1 query in a reduced-precision dtype as ``softmax(q·Kᵀ·scale + mask)·V`` with the
 query heads grouped per key/value head (no ``repeat_kv`` copy), the scores and the softmax in
 float32 (as transformers' eager attention); every other call (prefill, training, scoring,
-float32) goes to transformers' own ``sdpa_attention_forward`` unchanged.
+float32) goes to transformers' own ``sdpa_attention_forward``, with one change: a query row
+that the mask lets attend to no key (a left-padding position of a padded batch) is given every
+key instead (:func:`attend_somewhere`). Such rows are padding, their outputs are never read, and
+every other row is unchanged; but on CUDA the memory-efficient SDPA kernel's backward turns a
+fully masked row into NaN gradients for every parameter (measured: one iteration of a Qwen2.5-1.5B
+shaped model on an H100, torch 2.11+cu130, transformers 5.17, skipped its optimizer step on a
+non-finite gradient norm; with this change it does not). transformers' ``AttentionMaskConverter.
+_unmask_unattended`` did the same for the memory-efficient path in its 4.x releases.
 
 :func:`use_serl_attention` switches a loaded model whose attention is ``sdpa`` to it
 (registered in transformers' ``AttentionInterface`` as :data:`SERL_ATTENTION`, with the
@@ -51,19 +58,38 @@ def _decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     return out.reshape(B, H, 1, D).transpose(1, 2).contiguous()
 
 
+def attend_somewhere(mask: torch.Tensor) -> torch.Tensor:
+    """Give every key to query rows that ``mask`` lets attend to none.
+
+    Args:
+        mask: ``[B, 1 or H, q, L]``, bool (True = attend) or additive float (``-inf`` or the
+            dtype's minimum = masked).
+
+    Returns:
+        The mask with each fully masked row (all of its ``L`` entries masked) replaced by an
+        all-attend row (True, or 0.0); every other row unchanged. ``mask`` itself is not modified.
+    """
+    if mask.dtype == torch.bool:
+        return mask | ~mask.any(dim=-1, keepdim=True)
+    dead = mask.amax(dim=-1, keepdim=True) <= torch.finfo(mask.dtype).min
+    return mask.masked_fill(dead, 0.0)
+
+
 def serl_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                            attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                            is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature (``query`` ``[B, H, q, D]``, ``key``/``value``
     ``[B, KV, L, D]``; returns ``([B, q, H, D], None)``): the grouped-matmul path for a
     length-1 query on CPU in bf16/fp16 without dropout, transformers' ``sdpa_attention_forward``
-    otherwise (same arguments)."""
+    otherwise (same arguments, with fully masked query rows unmasked by :func:`attend_somewhere`)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     fast = (query.shape[2] == 1 and query.device.type == "cpu" and query.dtype != torch.float32
             and not dropout and kwargs.get("position_bias") is None and kwargs.get("cache") is None
             and query.shape[1] % key.shape[1] == 0)
     if not fast:
+        if attention_mask is not None and query.shape[2] > 1:
+            attention_mask = attend_somewhere(attention_mask)
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
