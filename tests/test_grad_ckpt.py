@@ -99,9 +99,8 @@ def test_auto_switches_per_micro_batch_on_the_budget():
     assert gc.select(4, 256) is True and all(m.gradient_checkpointing for m in layers)
     assert gc.select(1, 64) is False and not any(m.gradient_checkpointing for m in layers)
     assert gc.fraction() == pytest.approx(1 / 3)
-    m = gc.metrics()
-    assert m["perf/grad_ckpt_fraction"] == pytest.approx(1 / 3)
-    assert m["perf/activation_budget_gb"] == pytest.approx((small + big) / 2 / 2**30, rel=1e-6)
+    assert gc.metrics() == {"perf/grad_ckpt_fraction": pytest.approx(1 / 3)}
+    assert gc.budget == int((small + big) / 2)
     gc.begin()
     assert gc.fraction() == 0.0
     always, never = GradCheckpointing(model, True), GradCheckpointing(model, False)

@@ -79,8 +79,6 @@ class GradCheckpointing:
         return self.checkpointed / self.micro_batches if self.micro_batches else 0.0
 
     def metrics(self) -> dict[str, float]:
-        """``perf/grad_ckpt_fraction`` and, under ``auto``, ``perf/activation_budget_gb``."""
-        out = {"perf/grad_ckpt_fraction": self.fraction()}
-        if self.mode == "auto":
-            out["perf/activation_budget_gb"] = self.budget / 2**30
-        return out
+        """``perf/grad_ckpt_fraction`` (the budget itself is not logged: it follows the machine's
+        free memory, and a resumed run's metrics must equal an uninterrupted run's)."""
+        return {"perf/grad_ckpt_fraction": self.fraction()}
