@@ -198,3 +198,31 @@ def test_update_is_the_same_with_and_without_checkpointing(tiny_model_dir, tmp_p
     for label in ("none", "half"):
         for k, v in results["all"][0].items():
             torch.testing.assert_close(results[label][0][k], v, rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_sft_logs_the_checkpointed_share_and_learns_the_same(tiny_model_dir, tmp_path):
+    """``serl sft``: one step with every micro-batch checkpointed (auto, tiny budget) and one with
+    none (false): the fraction is logged and the loss and gradient norm agree."""
+    from serl.train.sft import SFTTrainer
+
+    rows = [{"env": "alfworld", "task_id": f"t{i}", "task_type": "pick_and_place_simple", "step": i,
+             "messages": [{"role": "user", "content": f"Your task is to: put a mug {i} in fridge 1."}],
+             "response": f"<think>go</think><action>take mug {i}</action>", "action": f"take mug {i}",
+             "won": True, "episode_reward": 10.0} for i in range(4)]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = {}
+    for label, extra in (("auto", ["model.gradient_checkpointing=auto", "trainer.activation_memory_gb=1e-9"]),
+                         ("off", ["model.gradient_checkpointing=false"])):
+        cfg = load_config("cpu", [f"model.path={tiny_model_dir}", f"trainer.output_dir={tmp_path / label}",
+                                  "trainer.run_name=run", "trainer.progress=false", "trainer.logger=[]",
+                                  "model.train_dtype=float32", "sft.batch_size=4", "sft.micro_batch_size=2", *extra])
+        cfg.sft.data = str(data)
+        tr = SFTTrainer(cfg)
+        try:
+            out[label] = tr.train_step()
+        finally:
+            tr.release_run_dir()
+    assert out["auto"]["perf/grad_ckpt_fraction"] == 1.0 and out["off"]["perf/grad_ckpt_fraction"] == 0.0
+    assert out["auto"]["sft/loss"] == pytest.approx(out["off"]["sft/loss"], rel=1e-6)
+    assert out["auto"]["sft/grad_norm"] == pytest.approx(out["off"]["sft/grad_norm"], rel=1e-4)
