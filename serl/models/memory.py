@@ -47,7 +47,8 @@ def activation_bytes(rows: int, seq_len: int, hidden: int, intermediate: int, la
     layer being differentiated) and the embedding/final-norm outputs. The LM head adds
     :data:`LOGIT_BYTES_PER_ENTRY` ``· vocab`` per kept logit position (serl computes logits on
     response tokens only). Not counted: weights, gradients and optimizer state (batch-independent),
-    and autocast's bf16 weight copies. Measured against the allocator peak on small Llama models
+    autocast's bf16 weight copies, and the transient dense gradient of a tied embedding
+    (``4·vocab·h`` bytes at the end of the backward, which dominates only for a few hundred tokens). Measured against the allocator peak on small Llama models
     (tests/test_grad_ckpt.py) this is an upper bound within 2×.
 
     Args:
