@@ -126,7 +126,8 @@ def available_memory_bytes(device: str = "cpu") -> Optional[int]:
 def activation_budget_bytes(memory_gb: Optional[float], device: str = "cpu", processes: int = 1) -> int:
     """The activation-memory budget of one micro-batch: ``memory_gb`` GiB when set, else
     :data:`DEFAULT_ACTIVATION_MEMORY_FRACTION` of :func:`available_memory_bytes` shared by the
-    ``processes`` training processes of this machine; 0 (always checkpoint: the safe choice)
+    ``processes`` training processes that share it (CPU: the ranks on this machine; CUDA: 1, a GPU
+    per rank); 0 (always checkpoint: the safe choice)
     when the available memory cannot be read."""
     if memory_gb is not None:
         return int(memory_gb * 2**30)

@@ -230,8 +230,9 @@ class Trainer:
         set_seed(cfg.seed)
         self.device = pick_device(cfg.trainer.device)
         self._load_models()
+        sharing = self.dist.world_size if self.device == "cpu" else 1  # ranks sharing the RAM, or one GPU each
         self.grad_ckpt = GradCheckpointing(self.policy, cfg.model.gradient_checkpointing, cfg.trainer.activation_memory_gb,
-                                           self.device, cfg.trainer.num_processes, 2 if self.autocast_dtype else 4)
+                                           self.device, sharing, 2 if self.autocast_dtype else 4)
         self.context_builder = SerlContextBuilder(cfg.algorithm.serl) if self.teacher else None
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.trace = TraceWriter(self.run_dir, cfg.trainer)
