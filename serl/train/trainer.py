@@ -327,7 +327,9 @@ class Trainer:
 
     def _load_policy_base(self, path: str, dtype: torch.dtype):
         """The model of ``path`` (with ``model.adapter`` merged) in ``dtype`` on the device,
-        activation checkpointing on if asked, no KV cache in training forwards."""
+        activation checkpointing installed unless ``model.gradient_checkpointing=false`` (``auto``
+        switches it per micro-batch, :class:`~serl.train.grad_ckpt.GradCheckpointing`), no KV cache
+        in training forwards."""
         cfg = self.cfg
         model = load_causal_lm(path, dtype, self.device, cfg.model.trust_remote_code, cfg.model.adapter)
         prepare_checkpointing(model, cfg.model.gradient_checkpointing)  # on, off or per micro-batch
