@@ -24,7 +24,7 @@ import importlib.util
 import math
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -112,7 +112,10 @@ class ModelConfig:
     #: training precision: auto | bfloat16 | float32. ``bfloat16`` = fp32 master weights with
     #: bf16 autocast; ``auto`` picks it when bf16 is fast here
     train_dtype: str = "auto"
-    gradient_checkpointing: bool = True
+    #: activation (gradient) checkpointing of the update: true | false | auto. ``auto`` decides per
+    #: micro-batch: on only when the micro-batch's estimated activation memory without it exceeds
+    #: ``trainer.activation_memory_gb`` (checkpointing costs ~1/3 more compute, saves most memory)
+    gradient_checkpointing: Union[bool, str] = "auto"
     trust_remote_code: bool = False
     #: a PEFT LoRA adapter merged into ``path`` at load: a folder, or the name of an adapter
     #: shipped with serl (``serl/models/adapters``); None = none. Used by train, eval and sft.
@@ -121,10 +124,14 @@ class ModelConfig:
     lora: ModelLoraConfig = field(default_factory=ModelLoraConfig)
 
     def validate(self) -> None:
-        """Raises :class:`ConfigError` naming ``model.<key>`` for an unknown dtype."""
+        """Raises :class:`ConfigError` naming ``model.<key>`` for an unknown dtype or a
+        ``gradient_checkpointing`` other than true, false or auto."""
         _check(self.dtype in DTYPES, "model.dtype", f"unknown dtype {self.dtype!r}; valid: {list(DTYPES)}")
         _check(self.train_dtype in DTYPES, "model.train_dtype",
                f"unknown dtype {self.train_dtype!r}; valid: {list(DTYPES)}")
+        gc = self.gradient_checkpointing
+        _check(isinstance(gc, bool) or gc == "auto", "model.gradient_checkpointing",
+               f"must be true, false or auto, got {gc!r}")
         self.lora.validate()
 
 
@@ -691,6 +698,10 @@ class TrainerConfig:
     #: how N processes share the update: ddp (each rank a full copy of the model, gradients
     #: all-reduced); FSDP is not supported yet (README "Scaling out")
     strategy: str = "ddp"
+    #: activation memory (GiB) a micro-batch may use without checkpointing under
+    #: ``model.gradient_checkpointing=auto`` (per process); null = half the memory available at
+    #: the start of each update (CPU: RAM, CUDA: free device memory), shared by this machine's processes
+    activation_memory_gb: Optional[float] = None
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``trainer.<key>``: negative step counts, an unknown
@@ -708,6 +719,9 @@ class TrainerConfig:
         _check(bool(self.project_name), "trainer.project_name", "must be a non-empty name")
         _check(self.device in DEVICES, "trainer.device", f"unknown device {self.device!r}; valid: {list(DEVICES)}")
         _check(self.num_processes >= 1, "trainer.num_processes", "must be >= 1")
+        _check(self.activation_memory_gb is None or (math.isfinite(self.activation_memory_gb)
+                                                     and self.activation_memory_gb > 0),
+               "trainer.activation_memory_gb", "must be > 0 GiB, or null (half the available memory)")
         _check(self.strategy in STRATEGIES, "trainer.strategy",
                f"unknown strategy {self.strategy!r}; valid: {list(STRATEGIES)}")
         for lg in self.logger:

@@ -69,6 +69,7 @@ from serl.errors import CheckpointError, ConfigError, SerlError
 from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
 from serl.models.lora import apply_lora
 from serl.train.checkpoint import remove_stale_tmp_dirs
+from serl.train.grad_ckpt import GradCheckpointing, prepare_checkpointing
 from serl.train.metrics import MetricsLogger
 from serl.train.run_dir import RunLock, check_run_dir, create_run_dir
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
@@ -262,7 +263,8 @@ def lr_at(step: int, base: float, warmup: int, total: int, kind: str) -> float:
 
 # -------------------------------------------------------------------------------- model
 def build_policy(cfg: Config, path: str, device: str):
-    """Load the policy in float32 (master weights), enable activation checkpointing if asked, and
+    """Load the policy in float32 (master weights), install activation checkpointing unless
+    ``model.gradient_checkpointing=false`` (:func:`~serl.train.grad_ckpt.prepare_checkpointing`), and
     wrap it with LoRA adapters when ``model.lora.r > 0`` (only the adapters then train).
 
     Raises:
@@ -271,8 +273,7 @@ def build_policy(cfg: Config, path: str, device: str):
     """
     cfg.model.lora.validate()
     model = load_causal_lm(path, torch.float32, device, cfg.model.trust_remote_code, cfg.model.adapter)
-    if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
-        model.activation_checkpointing_enable()
+    prepare_checkpointing(model, cfg.model.gradient_checkpointing)  # on, off or per micro-batch
     if cfg.model.lora.r == 0:
         return model
     return apply_lora(model, cfg.model.lora)
@@ -430,6 +431,8 @@ class SFTTrainer:
         self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
         self.model = build_policy(cfg, self.model_path, self.device)
         self.model.train()
+        self.grad_ckpt = GradCheckpointing(self.model, cfg.model.gradient_checkpointing, cfg.trainer.activation_memory_gb,
+                                           self.device, 1, 2 if self.autocast_dtype else 4)
         self.data_sha256 = file_sha256(cfg.sft.data)
         self.examples = encode_rows(self.tokenizer, rows, cfg)
         self.val_examples = encode_rows(self.tokenizer, val_rows, cfg) if val_rows else []
@@ -488,7 +491,10 @@ class SFTTrainer:
             g["lr"] = lr
         n_reply = sum(len(self.examples[i].target_ids) for i in rows)
         loss_sum = 0.0
+        self.grad_ckpt.begin()
         for mb in self._micro_batches(rows):
+            R = max(len(e.target_ids) for e in mb)  # logits on the last R+1 positions of every row
+            self.grad_ckpt.select(len(mb), max(len(e.prompt_ids) for e in mb) + R, logit_positions=len(mb) * (R + 1))
             with self._autocast():
                 nll = reply_token_nll(self.model, collate_sft(mb, self.tokenizer.pad_token_id))
             loss = nll.sum() / n_reply  # token-mean over the whole optimizer batch
@@ -503,7 +509,7 @@ class SFTTrainer:
         n_tok = sum(self.examples[i].num_tokens for i in rows)
         return {"sft/loss": loss_sum, "sft/lr": lr, "sft/grad_norm": float(gnorm), "sft/epoch": float(epoch),
                 "perf/tokens_per_s": n_tok / dt, "perf/reply_tokens_per_s": n_reply / dt,
-                "perf/rows_per_min": 60.0 * len(rows) / dt, "perf/step_s": dt}
+                "perf/rows_per_min": 60.0 * len(rows) / dt, "perf/step_s": dt, **self.grad_ckpt.metrics()}
 
     @torch.no_grad()
     def evaluate_loss(self, examples: list[SFTExample]) -> float:
@@ -570,7 +576,7 @@ def export_model(model, tokenizer, run_dir: Path, cfg: Config, provenance: dict[
         if cfg.sft.save_adapter:
             _atomic_folder(run_dir / "adapter", lambda tmp: model.save_pretrained(str(tmp)))
         model = model.merge_and_unload()
-    if cfg.model.gradient_checkpointing and hasattr(model, "activation_checkpointing_disable"):
+    if cfg.model.gradient_checkpointing is not False and hasattr(model, "activation_checkpointing_disable"):
         model.activation_checkpointing_disable()  # a training-only setting; not saved either way
     model.config.use_cache = True
 

@@ -66,6 +66,7 @@ from serl.train.batch import (RowBatch, StepTable, UpdateBatch, length_buckets, 
                               score_logprobs)
 from serl.train.checkpoint import (load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state,
                                    save_checkpoint, set_rng_state)
+from serl.train.grad_ckpt import GradCheckpointing, prepare_checkpointing
 from serl.train.distributed import WORLD_SIZE_KEY, Distributed, check_checkpoint_world_size, deal_micro_batches, micro_loss_scale
 from serl.train.run_dir import RunLock, check_run_dir, create_run_dir
 from serl.train.metrics import (MetricMeans, MetricsLogger, advantage_signal_metrics, rollout_metrics,
@@ -229,6 +230,9 @@ class Trainer:
         set_seed(cfg.seed)
         self.device = pick_device(cfg.trainer.device)
         self._load_models()
+        sharing = self.dist.world_size if self.device == "cpu" else 1  # ranks sharing the RAM, or one GPU each
+        self.grad_ckpt = GradCheckpointing(self.policy, cfg.model.gradient_checkpointing, cfg.trainer.activation_memory_gb,
+                                           self.device, sharing, 2 if self.autocast_dtype else 4)
         self.context_builder = SerlContextBuilder(cfg.algorithm.serl) if self.teacher else None
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.trace = TraceWriter(self.run_dir, cfg.trainer)
@@ -323,12 +327,12 @@ class Trainer:
 
     def _load_policy_base(self, path: str, dtype: torch.dtype):
         """The model of ``path`` (with ``model.adapter`` merged) in ``dtype`` on the device,
-        activation checkpointing on if asked, no KV cache in training forwards."""
+        activation checkpointing installed unless ``model.gradient_checkpointing=false`` (``auto``
+        switches it per micro-batch, :class:`~serl.train.grad_ckpt.GradCheckpointing`), no KV cache
+        in training forwards."""
         cfg = self.cfg
         model = load_causal_lm(path, dtype, self.device, cfg.model.trust_remote_code, cfg.model.adapter)
-        if cfg.model.gradient_checkpointing:  # halves peak memory at little cost
-            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            enable()
+        prepare_checkpointing(model, cfg.model.gradient_checkpointing)  # on, off or per micro-batch
         model.config.use_cache = False
         return model
 
@@ -808,6 +812,7 @@ class Trainer:
                               s.max_replay_loss_steps) if replay else 0.0
         replay_batch = UpdateBatch.from_replay_rows(list(replay), gamma_t)
         self.train_model.train()
+        self.grad_ckpt.begin()
         means = MetricMeans()
         for _ in range(a.ppo_epochs):
             for part in (batch, replay_batch):
@@ -817,6 +822,7 @@ class Trainer:
                     means.add(self._optimizer_step(part.prefix))
         self.train_model.eval()
         metrics = self.dist.reduce_means(means)  # N > 1: over every rank's micro-steps
+        metrics.update(self.grad_ckpt.metrics())
         if replay:
             metrics.update({"replay/coef": gamma_t, "replay/rows": float(len(replay))})
         return metrics
@@ -885,6 +891,7 @@ class Trainer:
         a = self.cfg.actor
         b = micro.collate(self.tokenizer.pad_token_id).to(self.device)
         R = b.responses.shape[1]
+        self.grad_ckpt.select(*b.input_ids.shape, logit_positions=int(b.response_mask.sum()))
         with self._autocast():  # through the DDP wrapper with N > 1 (its hooks all-reduce the gradients)
             lp, ent = response_logprobs(self.train_model, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0)
         lp = lp.float()
