@@ -282,7 +282,7 @@ class Trainer:
         """FSDP: generation runs per rank for different numbers of decode steps, so it must not
         run the sharded policy (each sharded forward is a collective): a policy that is its own
         rollout model (float32 inference) gets a full copy, taken before sharding."""
-        if self.dist.strategy == "fsdp" and self.dist.enabled and self.rollout_model is self.policy:
+        if self.dist.sharded and self.rollout_model is self.policy:
             self.rollout_model = Teacher(self.policy, self.infer_dtype).model
 
     def _full_policy(self):
