@@ -44,7 +44,7 @@ DEFAULT_RECIPE = "cpu"
 DTYPES = ("auto", "bfloat16", "float32")
 DEVICES = ("auto", "cpu", "cuda")
 LOGGERS = ("jsonl", "tensorboard", "console", "wandb")
-STRATEGIES = ("ddp",)
+STRATEGIES = ("ddp", "fsdp")
 #: ``rollout.engine`` values: ``auto`` plus the engines of :data:`serl.rollout.engine.ENGINE_REGISTRY`
 ROLLOUT_ENGINES = ("auto",) + tuple(ENGINE_REGISTRY)
 #: env pools: local worker processes, or Ray actors (``pip install 'serl[ray]'``)
@@ -696,7 +696,10 @@ class TrainerConfig:
     #: must be a multiple of N; a resume needs the same N)
     num_processes: int = 1
     #: how N processes share the update: ddp (each rank a full copy of the model, gradients
-    #: all-reduced); FSDP is not supported yet (README "Scaling out")
+    #: all-reduced) or fsdp (the policy's parameters, gradients and AdamW state sharded over the
+    #: ranks with torch's FSDP2 ``fully_shard``; the rollout copy, teacher and reference stay
+    #: full; not with LoRA; with one process fsdp runs as one process, with a warning). README
+    #: "Scaling out"
     strategy: str = "ddp"
     #: activation memory (GiB) a micro-batch may use without checkpointing under
     #: ``model.gradient_checkpointing=auto`` (per process); null = half the memory available at
@@ -830,6 +833,9 @@ class Config:
         _check(self.data.train_batch_size % n == 0, "data.train_batch_size",
                f"{self.data.train_batch_size} task groups cannot be split over trainer.num_processes={n} "
                f"processes (each plays whole groups); make it a multiple of {n}")
+        _check(not (self.trainer.strategy == "fsdp" and self.model.lora.r > 0), "trainer.strategy",
+               "fsdp does not support LoRA (model.lora.r > 0): the LoRA policy is its own rollout model, which "
+               "must not be sharded; use trainer.strategy=ddp (LoRA's optimizer state is small anyway)")
 
 
 def recipe_path(recipe: str) -> Path:

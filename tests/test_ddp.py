@@ -167,7 +167,7 @@ def test_clear_errors_for_indivisible_batch_and_mismatched_n(tiny_model_dir, tmp
     with pytest.raises(ConfigError, match="trainer.num_processes"):
         check_world_size(load_config("cpu", _overrides(tiny_model_dir, tmp_path, **{"trainer.num_processes": 2})), 4)
     with pytest.raises(ConfigError, match="trainer.strategy"):
-        load_config("cpu", _overrides(tiny_model_dir, tmp_path, **{"trainer.strategy": "fsdp"}))
+        load_config("cpu", _overrides(tiny_model_dir, tmp_path, **{"trainer.strategy": "zero3"}))
     check_world_size(cfg, 1)
     check_checkpoint_world_size({"world_size": 2}, 2)
     check_checkpoint_world_size({}, 1)  # a checkpoint of before multi-process training

@@ -175,7 +175,11 @@ SCORE_CHUNK_TOKENS = 2048
 def _lm_head_parts(model):
     """``(decoder, lm_head)`` of a standard causal LM whose logits are ``lm_head(decoder(x))``
     (Llama, Qwen2, Mistral, ...); None for models that post-process the logits (soft-capping,
-    logit scaling) or expose no decoder, which then take the ``logits_to_keep`` path."""
+    logit scaling) or expose no decoder, which then take the ``logits_to_keep`` path; None for an
+    FSDP-sharded model too (its root unit gathers the embeddings and LM head only when the model
+    itself is called)."""
+    if type(model).__name__.startswith("FSDP"):  # torch.distributed.fsdp.FSDPModule's subclasses
+        return None
     cfg = getattr(model, "config", None)
     if getattr(cfg, "final_logit_softcapping", None) is not None or getattr(cfg, "logits_scaling", None) is not None:
         return None

@@ -270,7 +270,10 @@ class Trainer:
         """``self.train_model``: the policy as the update's forward passes see it (DDP-wrapped by
         ``accelerator.prepare`` with N > 1; the policy itself with one process; same parameters).
         With N > 1: only rank 0 writes traces and teacher logs, and each rank samples rollouts
-        with its own seed ``seed + rank`` (the models were loaded under ``seed`` on every rank)."""
+        with its own seed ``seed + rank`` (the models were loaded under ``seed`` on every rank).
+        FSDP (``trainer.strategy=fsdp``): the policy is sharded in place, and the rollout model
+        is an unsharded copy even in float32 (:meth:`_unshared_rollout_model`)."""
+        self._unshared_rollout_model()
         self.train_model, self.optimizer = self.dist.prepare(self.policy, self.optimizer)
         if not self.dist.enabled:
             return
@@ -278,6 +281,19 @@ class Trainer:
         if not self.dist.is_main:
             self.teacher_log.enabled = False
             self.trace.every = 0
+
+    def _unshared_rollout_model(self) -> None:
+        """FSDP: generation runs per rank for different numbers of decode steps, so it must not
+        run the sharded policy (each sharded forward is a collective): a policy that is its own
+        rollout model (float32 inference) gets a full copy, taken before sharding."""
+        if self.dist.sharded and self.rollout_model is self.policy:
+            self.rollout_model = Teacher(self.policy, self.infer_dtype).model
+
+    def _full_policy(self):
+        """The policy with full parameters, as a module: the policy itself, or with FSDP its
+        rollout copy (re-filled after every update, in the inference dtype, which is also the
+        teacher's: copying from it equals copying from the policy)."""
+        return self.rollout_model if self.dist.sharded else self.policy
 
     def _engine_options(self) -> dict[str, Any]:
         """The settings of a vLLM rollout engine (:func:`~serl.rollout.engine.make_engine`)."""
@@ -377,18 +393,20 @@ class Trainer:
         """Write a checkpoint (rank 0; the other ranks wait for it) and return its folder.
         With N > 1 every rank must call it (the state gathers each rank's RNG)."""
         policy, teacher = self._checkpointed_models()
+        policy, optimizer = self.dist.checkpoint_state(policy, self.optimizer)  # FSDP: gathered to rank 0
         state = self.state_dict()
         path = None
         if self.dist.is_main:
-            path = save_checkpoint(self.run_dir, self.iteration, policy, self.optimizer, state,
+            path = save_checkpoint(self.run_dir, self.iteration, policy, optimizer, state,
                                    teacher=teacher, keep=self.cfg.trainer.max_checkpoints_to_keep)
         return self.dist.gather_one(path)[0]  # also the barrier: rank 0 has written it
 
     def _resume(self) -> None:
         """Restore the newest intact checkpoint (a damaged newer one is reported and skipped)."""
         policy, teacher = self._checkpointed_models()
+        policy, optimizer = self.dist.checkpoint_loaders(policy, self.optimizer)  # FSDP: into the shards
         folder, state = load_newest_intact(
-            self.run_dir, lambda f: load_checkpoint(f, policy, self.optimizer, teacher=teacher))
+            self.run_dir, lambda f: load_checkpoint(f, policy, optimizer, teacher=teacher))
         check_checkpoint_world_size(state, self.dist.world_size, folder)
         if "rank_rng" in state:
             set_rng_state(state["rank_rng"][self.dist.rank])
@@ -414,7 +432,7 @@ class Trainer:
         """Copy the policy into the rollout model (if it is a copy), then let the engine take
         the weights (vLLM: pushed in memory, :func:`~serl.rollout.engine.sync_engine_weights`)."""
         if self.rollout_model is not self.policy:
-            src = dict(self.policy.named_parameters())
+            src = self.dist.full_parameters(self.policy)  # FSDP: all-gathered
             for name, p in self.rollout_model.named_parameters():
                 p.copy_(src[name].detach().to(p.dtype))
         sync_engine_weights(self.engine)
@@ -495,7 +513,7 @@ class Trainer:
         self.update_step += 1
         self._sync_rollout_model()
         if self.teacher is not None and teacher_needs_sync(self.update_step, self.cfg.algorithm.serl.teacher_sync_interval):
-            self.teacher.sync_from(self.policy)
+            self.teacher.sync_from(self._full_policy())
             metrics["serl/teacher_synced"] = 1.0
         self.iteration += 1
 
@@ -692,7 +710,7 @@ class Trainer:
                                   device=self.device, prompt_ids=prompt_ids if prompts is None else prompts,
                                   autocast=self._autocast if autocast else nullcontext, progress=progress)
 
-        return self.dist.sharded_map(score, len(batch))
+        return self.dist.sharded_map(score, len(batch), model=model)
 
     def _teacher_logprobs(self, groups: list[Group], table: StepTable, batch: UpdateBatch, metrics: dict[str, float],
                           pbar=None) -> tuple[list[Optional[torch.Tensor]], list[bool]]:
@@ -864,7 +882,7 @@ class Trainer:
 
     def _optimizer_step(self, prefix: str) -> dict[str, float]:
         """Clip the gradient norm to ``actor.grad_clip`` and step; a non-finite norm skips the step."""
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.cfg.actor.grad_clip)
+        grad_norm = self.dist.clip_grad_norm(self.policy.parameters(), self.cfg.actor.grad_clip)
         if not torch.isfinite(grad_norm):
             log.warning("non-finite grad norm %s: skipping this optimizer step", grad_norm)
             self.optimizer.zero_grad(set_to_none=True)
