@@ -172,13 +172,22 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
 SCORE_CHUNK_TOKENS = 2048
 
 
+def _is_fsdp_module(model) -> bool:
+    """True for a module sharded with torch's FSDP2 ``fully_shard`` (an ``FSDPModule``)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch built without distributed support
+        return False
+    return isinstance(model, FSDPModule)
+
+
 def _lm_head_parts(model):
     """``(decoder, lm_head)`` of a standard causal LM whose logits are ``lm_head(decoder(x))``
     (Llama, Qwen2, Mistral, ...); None for models that post-process the logits (soft-capping,
     logit scaling) or expose no decoder, which then take the ``logits_to_keep`` path; None for an
     FSDP-sharded model too (its root unit gathers the embeddings and LM head only when the model
     itself is called)."""
-    if type(model).__name__.startswith("FSDP"):  # torch.distributed.fsdp.FSDPModule's subclasses
+    if _is_fsdp_module(model):
         return None
     cfg = getattr(model, "config", None)
     if getattr(cfg, "final_logit_softcapping", None) is not None or getattr(cfg, "logits_scaling", None) is not None:
