@@ -89,7 +89,9 @@ def model_activation_bytes(config, rows: int, seq_len: int, logit_positions: int
         h, i, L, a = (int(getattr(config, k)) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                                           "num_attention_heads"))
     except (AttributeError, TypeError) as e:
-        raise ValueError(f"model config {type(config).__name__} lacks a decoder size: {e}") from None
+        raise ValueError(f"model config {type(config).__name__} lacks a decoder size ({e}), so its activation "
+                         "memory cannot be estimated: set model.gradient_checkpointing=true or false "
+                         "instead of auto") from None
     kv = int(getattr(config, "num_key_value_heads", None) or a)
     return activation_bytes(rows, seq_len, h, i, L, a, kv, int(getattr(config, "vocab_size", 0) or 0),
                             logit_positions, dtype_bytes, residual_bytes)
