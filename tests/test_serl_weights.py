@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync
+from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync, teacher_rows
 from serl.hindsight.rendering import SOLVE_LINE
 from serl.models.teacher import TRUNCATION_MARK, teacher_prompt_ids
 
@@ -50,6 +50,29 @@ def test_weights_hand_computed():
     deltas = [math.log(1.1), math.log(0.5), math.log(1.1), math.log(0.5), math.log(1.8)] + [math.log(1.8)] * 3
     assert m["delta_abs_mean"] == pytest.approx(sum(abs(d) for d in deltas) / 8, rel=1e-5)
     assert m["empty_target_batch"] == 0.0
+
+
+def test_teacher_rows_skip_rows_that_train_nothing():
+    has_ctx = [True, True, False, True, True]
+    adv = torch.tensor([0.5, 0.0, 1.0, -0.0, -2.0])
+    row_mask = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])
+    # row 1 and 3: A = 0 (also -0.0); row 2: no context; row 4: masked by a Dr.BoT filter
+    assert teacher_rows(has_ctx, adv, row_mask) == [0]
+    assert teacher_rows(has_ctx, adv, row_mask, skip_zero_advantage_rows=False) == [0, 1, 3, 4]
+    assert teacher_rows(has_ctx, torch.tensor([1e-30, 0.0, 0.0, 0.0, 3.0]), torch.ones(5)) == [0, 4]  # no tolerance
+    assert teacher_rows([], torch.zeros(0), torch.zeros(0)) == []
+    with pytest.raises(ValueError, match="expected"):
+        teacher_rows(has_ctx, adv[:4], row_mask)
+
+
+def test_a_row_with_zero_advantage_has_weight_one_whatever_the_teacher_says():
+    """Why :func:`teacher_rows` may skip it: W = 1 and A·W = 0 for any teacher log-probs."""
+    g = torch.Generator().manual_seed(0)
+    adv = torch.zeros(3, 6)
+    for scale in (0.1, 5.0, 100.0):
+        teacher = torch.randn(3, 6, generator=g) * scale
+        W, _ = serl_token_weights(adv, torch.randn(3, 6, generator=g), teacher, torch.ones(3, 6, dtype=torch.bool), 0.7, 0.2)
+        assert torch.equal(W, torch.ones(3, 6)) and torch.equal(adv * W, torch.zeros(3, 6))
 
 
 def test_weights_bounds_and_empty_selection():

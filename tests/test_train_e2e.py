@@ -146,3 +146,54 @@ def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tiny_model_dir, tm
     assert p_straight.keys() == p_resumed.keys()
     for k, v in p_straight.items():
         assert torch.equal(v, p_resumed[k]), k
+
+
+def _scripted_iteration(tiny_model_dir, out, skip: bool, zero_rows: int):
+    """One SERL iteration with scripted replies (tests/report_run.py) whose first ``zero_rows``
+    step rows get advantage 0; returns (parameter step, metrics, rows the teacher scored,
+    rows with A != 0)."""
+    from report_run import ScriptedPolicyEngine
+
+    cfg = _cfg(tiny_model_dir, out, **{"env.max_steps": 3, "data.max_response_length": 40,
+                                       "actor.log_prob_micro_batch_size_per_gpu": 1,  # a row's scores alone
+                                       "algorithm.serl.skip_zero_advantage_rows": str(skip).lower()})
+    tr = Trainer(cfg)
+    try:
+        tr.engine = ScriptedPolicyEngine(tr.tokenizer)
+        advantages, score, scored, nonzero = tr._advantages, tr._score, [], []
+
+        def zeroed(table, metrics):
+            adv = advantages(table, metrics).clone()
+            adv[:zero_rows] = 0.0
+            nonzero.append(int((adv != 0).sum()))
+            return adv
+
+        def spy(model, batch, label=None, *args, **kwargs):
+            if label == "teacher":
+                scored.append(len(batch))
+            return score(model, batch, label, *args, **kwargs)
+
+        tr._advantages, tr._score = zeroed, spy
+        before = _params(tr.policy)
+        m = tr.train_iteration()
+        return {k: v - before[k] for k, v in _params(tr.policy).items()}, m, sum(scored), nonzero[0]
+    finally:
+        tr.close()
+
+
+def test_skipping_zero_advantage_rows_in_the_teacher_pass_leaves_the_update_unchanged(tiny_model_dir, tmp_path):
+    """``algorithm.serl.skip_zero_advantage_rows``: the teacher scores only the rows with A != 0,
+    and the update is bit-identical to the one of scoring every row (the original). Rows are
+    scored one by one here, so that a row's teacher log-probs do not depend on its batch-mates'
+    padding."""
+    d_all, m_all, n_all, nonzero = _scripted_iteration(tiny_model_dir, tmp_path / "all", False, zero_rows=3)
+    d_skip, m_skip, n_skip, nonzero_skip = _scripted_iteration(tiny_model_dir, tmp_path / "skip", True, zero_rows=3)
+    rows = m_all["episode/num_step_rows"]
+    assert nonzero_skip == nonzero and m_skip["episode/num_step_rows"] == rows  # the same rollout
+    assert 0 < nonzero <= rows - 3  # some rows train, and at least the 3 zeroed ones do not
+    assert n_all == rows and m_all["serl/teacher_scored_fraction"] == 1.0
+    assert n_skip == nonzero and m_skip["serl/teacher_scored_fraction"] == pytest.approx(nonzero / rows)
+    assert m_skip["actor/pg_loss"] == m_all["actor/pg_loss"]
+    assert any(bool(v.abs().max() > 0) for v in d_all.values())
+    for k in d_all:  # the same parameter step
+        assert torch.equal(d_skip[k], d_all[k]), k

@@ -9,6 +9,8 @@ Paper: "What and When to Distill: Selective Hindsight Distillation for Multi-Tur
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 
@@ -83,3 +85,39 @@ def serl_token_weights(
                 "empty_target_batch": 0.0,
             }
     return W, metrics
+
+
+def teacher_rows(has_context: Sequence[bool], advantages: torch.Tensor, row_mask: torch.Tensor,
+                 skip_zero_advantage_rows: bool = True) -> list[int]:
+    """The rows whose teacher log-probs can change the update: the indices the teacher scores.
+
+    A row's SERL term is ``A·W`` on its tokens (:func:`serl_token_weights`). Where ``A = 0``
+    exactly, ``sign(A) = 0``, so ``s = 0``, ``w = 1`` and ``W = 1``; and ``A·W = 0`` whatever the
+    teacher's log-probs. Where the Dr.BoT row mask is 0, the row's tokens are masked out of the
+    loss. In both cases the teacher forward pass of that row is wasted work. The original
+    (``OliverLeeXZ/SERL@5a2a85b:verl/workers/actor/dp_actor.py``, ``update_policy``) runs the
+    teacher over every row of each micro-batch that has a context. With ``skip_zero_advantage_rows`` those rows are left out. The loss and the
+    gradients are unchanged; the ``serl_action_mask/*`` weight metrics then cover only the
+    scored rows. Early in sparse-reward training most groups have all-equal rewards, and this
+    skips most of the teacher's work.
+
+    Args:
+        has_context: per row, whether the row has a privileged teacher prompt.
+        advantages: ``[rows]`` the rows' advantages (only ``== 0`` is tested: no tolerance).
+        row_mask: ``[rows]`` 0/1 Dr.BoT row mask (0: the row trains nothing).
+        skip_zero_advantage_rows: False = every row with a context (the original).
+
+    Returns:
+        The ascending row indices to score.
+
+    Raises:
+        ValueError: the three per-row inputs differ in length.
+    """
+    n = len(has_context)
+    if advantages.shape != (n,) or row_mask.shape != (n,):
+        raise ValueError(f"has_context has {n} rows, advantages {tuple(advantages.shape)}, "
+                         f"row_mask {tuple(row_mask.shape)}: expected ({n},) each")
+    if not skip_zero_advantage_rows:
+        return [i for i in range(n) if has_context[i]]
+    trains = ((advantages != 0) & (row_mask != 0)).tolist()
+    return [i for i in range(n) if has_context[i] and trains[i]]

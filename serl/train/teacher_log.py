@@ -202,7 +202,7 @@ def trace_row(traj: Trajectory, step: Step, spans: list[list[int]], advantage: f
 
 def serl_trace_fields(advantage: float, student_lp: torch.Tensor, teacher_lp: Optional[torch.Tensor],
                       action_mask: list[int], trained: bool, lam: float, weight_clip: float,
-                      ctx: Optional[PrivilegedContext]) -> dict[str, Any]:
+                      ctx: Optional[PrivilegedContext], skipped: bool = False) -> dict[str, Any]:
     """SERL's view of one row for the trace: its context and per-token weights W.
 
     W is :func:`serl.algos.selective_weights.serl_token_weights` (arXiv 2605.19447;
@@ -219,15 +219,19 @@ def serl_trace_fields(advantage: float, student_lp: torch.Tensor, teacher_lp: Op
         trained: the row's Dr.BoT mask is 1 (a masked row gets W = 1, as in the update).
         lam: λ_eff; weight_clip: c.
         ctx: the row's privileged context (None: no context).
+        skipped: the row has a context but the teacher did not score it, because it trains
+            nothing (:func:`serl.algos.selective_weights.teacher_rows`); its W is 1.
 
     Returns:
-        ``{"lambda", "has_context", "context", "sources", "weights", "lp_gap"}``; ``weights`` and
-        ``lp_gap`` (teacher − student, ``[L]`` rounded to 4 decimals) are None without teacher log-probs.
+        ``{"lambda", "has_context", "context", "sources", "weights", "lp_gap", "teacher_scored"}``;
+        ``weights`` and ``lp_gap`` (teacher − student, ``[L]`` rounded to 4 decimals) are None
+        without teacher log-probs.
     """
-    out: dict[str, Any] = {"lambda": float(lam), "has_context": teacher_lp is not None,
-                           "context": ctx.block() if ctx is not None and teacher_lp is not None else None,
-                           "sources": sorted(ctx.sources) if ctx is not None and teacher_lp is not None else [],
-                           "weights": None, "lp_gap": None}
+    shown = ctx is not None and (teacher_lp is not None or skipped)
+    out: dict[str, Any] = {"lambda": float(lam), "has_context": shown,
+                           "context": ctx.block() if shown else None,
+                           "sources": sorted(ctx.sources) if shown else [],
+                           "weights": None, "lp_gap": None, "teacher_scored": teacher_lp is not None}
     if teacher_lp is None:
         return out
     n = len(action_mask)

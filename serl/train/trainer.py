@@ -49,7 +49,7 @@ from serl.algos.advantages import (anchor_group_sizes, discounted_step_returns, 
                                    gigpo_anchor_index, invalid_action_penalty)
 from serl.algos.filters import apply_response_filters, enabled_filters, group_std_filter, response_flags
 from serl.algos.losses import agg_loss, get_policy_loss_fn, kl_loss, replay_loss_config
-from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync
+from serl.algos.selective_weights import effective_lambda, serl_token_weights, teacher_needs_sync, teacher_rows
 from serl.algos.spear import ReplayBuffer, ReplayRow, replay_coef, toolcall_bonus
 from serl.config import Config, config_from_yaml, to_yaml
 from serl.errors import CheckpointError, ConfigError
@@ -238,6 +238,7 @@ class Trainer:
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.trace = TraceWriter(self.run_dir, cfg.trainer)
         self._row_contexts: list = []  # the kept rows' privileged contexts of this iteration (SERL)
+        self._row_skipped: list[bool] = []  # rows with a context the teacher did not score (train nothing)
         self.optimizer = make_adamw([p for p in self.policy.parameters() if p.requires_grad], cfg.actor.lr, cfg.actor.weight_decay)
         self._prepare_distributed()
         self.engine, engine_name = make_engine(cfg.rollout.engine, self.rollout_model, self.tokenizer,
@@ -689,7 +690,7 @@ class Trainer:
         if self.teacher is not None:
             sc = self.cfg.algorithm.serl
             batch.serl_lambda = effective_lambda(self.update_step, sc.mixing_lambda, sc.lambda_decay_steps)
-            batch.teacher_log_probs, batch.has_context = self._teacher_logprobs(groups, table, batch, metrics, pbar)
+            batch.teacher_log_probs, batch.has_context = self._teacher_logprobs(groups, table, batch, adv, metrics, pbar)
         timing["timing/teacher_s"] = time.time() - t1
         if self.ref is not None:
             batch.ref_log_probs = self._score(self.ref.model, batch, "reference", pbar)
@@ -715,26 +716,33 @@ class Trainer:
 
         return self.dist.sharded_map(score, len(batch), model=model)
 
-    def _teacher_logprobs(self, groups: list[Group], table: StepTable, batch: UpdateBatch, metrics: dict[str, float],
-                          pbar=None) -> tuple[list[Optional[torch.Tensor]], list[bool]]:
+    def _teacher_logprobs(self, groups: list[Group], table: StepTable, batch: UpdateBatch, adv: torch.Tensor,
+                          metrics: dict[str, float], pbar=None) -> tuple[list[Optional[torch.Tensor]], list[bool]]:
         """SERL teacher log-probs of each row's sampled tokens under its privileged prompt.
 
-        Returns ``(teacher_lp, has_ctx)``: per row a ``[resp_len]`` tensor, or None for a row with
-        no context (or none that fits ``max_reprompt_len``) and for every row once λ_eff = 0.
+        Returns ``(teacher_lp, has_ctx)``: ``has_ctx`` per row whether it has a context (one that
+        fits ``max_reprompt_len``); ``teacher_lp`` per row a ``[resp_len]`` tensor, or None for a
+        row with no context, for every row once λ_eff = 0, and for a row that trains nothing
+        (advantage ``adv`` ``[rows]`` exactly 0, or masked) with
+        ``algorithm.serl.skip_zero_advantage_rows`` (:func:`teacher_rows`).
         """
         n = len(batch)
+        self._row_contexts, self._row_skipped = [], []
         if batch.serl_lambda <= 0.0:
-            metrics.update({"serl/teacher_inactive_after_decay": 1.0, "serl/reprompt_sample_fraction": 0.0})
+            metrics.update({"serl/teacher_inactive_after_decay": 1.0, "serl/reprompt_sample_fraction": 0.0,
+                            "serl/teacher_scored_fraction": 0.0})
             return [None] * n, [False] * n
         contexts, t_prompts = self._teacher_prompts(groups, table)
         has_ctx = [p is not None for p in t_prompts]
-        todo = [i for i in range(n) if has_ctx[i]]
+        todo = teacher_rows(has_ctx, adv, table.row_mask, self.cfg.algorithm.serl.skip_zero_advantage_rows)
         scored = self._score(self.teacher.model, batch.select(todo), "teacher", pbar,
-                             prompt_ids=[t_prompts[i] for i in todo])
+                             prompt_ids=[t_prompts[i] for i in todo]) if todo else []
         out: list[Optional[torch.Tensor]] = [None] * n
         for i, lp in zip(todo, scored):
             out[i] = lp
+        self._row_skipped = [h and lp is None for h, lp in zip(has_ctx, out)]
         metrics.update(self._serl_metrics(table.rows, contexts, has_ctx))
+        metrics["serl/teacher_scored_fraction"] = len(todo) / max(1, n)
         return out, has_ctx
 
     def _teacher_prompts(self, groups: list[Group], table: StepTable) -> tuple[list, list[Optional[list[int]]]]:
@@ -782,8 +790,9 @@ class Trainer:
             if self.teacher is not None:
                 t_lp = batch.teacher_log_probs[i] if batch.teacher_log_probs is not None else None
                 ctx = self._row_contexts[i] if i < len(self._row_contexts) else None
+                skipped = i < len(self._row_skipped) and self._row_skipped[i]
                 serl = serl_trace_fields(float(adv[i]), batch.old_log_probs[i], t_lp, s.action_mask, trained,
-                                         batch.serl_lambda, sc.weight_clip, ctx)
+                                         batch.serl_lambda, sc.weight_clip, ctx, skipped)
             spans = token_char_spans(self.tokenizer, s.response_ids)
             rows.append(trace_row(trajs[table.traj_uids[i]], s, spans, float(adv[i]), trained, serl))
         self.trace.write(it, rows)
@@ -951,11 +960,13 @@ class Trainer:
     def _serl_weighted(self, micro: UpdateBatch, b: RowBatch, adv_tok: torch.Tensor, mask: torch.Tensor,
                        lp: torch.Tensor, old: torch.Tensor, metrics: dict[str, float]) -> torch.Tensor:
         """``adv_tok`` ``[b, R]`` times SERL's selective token weights W on the action tokens of
-        rows with a context (arXiv 2605.19447; ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/core_algos.py``);
+        rows with teacher log-probs (arXiv 2605.19447; ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/core_algos.py``);
         unchanged when λ_eff = 0 or no row has a context. Adds the ``serl_action_mask/*`` metrics."""
         sc, lam = self.cfg.algorithm.serl, micro.serl_lambda
         metrics["serl_action_mask/effective_lambda"] = lam
-        ctx_rows = torch.tensor(micro.has_context, device=self.device)
+        # rows the teacher scored: those with a context, less the ones that train nothing when
+        # algorithm.serl.skip_zero_advantage_rows (their W would be 1: sign(A) = 0 or masked)
+        ctx_rows = torch.tensor([t is not None for t in micro.teacher_log_probs], device=self.device)
         if not (lam > 0 and bool(ctx_rows.any())):
             metrics.update({"serl_action_mask/weight_mean": 1.0, "serl_action_mask/empty_target_batch": 1.0})
             return adv_tok

@@ -164,7 +164,8 @@
     if (s.advantage !== null && s.advantage !== undefined) bits.push("advantage " + fmt(s.advantage));
     if (s.trained === false) bits.push("masked (not trained)");
     if (!s.action_valid) bits.push("invalid action");
-    if (s.serl) bits.push(s.serl.has_context ? "SERL λ " + fmt(s.serl.lambda) + ", context: " + s.serl.sources.join(", ") : "SERL: no context");
+    if (s.serl) bits.push(s.serl.has_context ? "SERL λ " + fmt(s.serl.lambda) + ", context: " + s.serl.sources.join(", ") +
+                          (s.serl.teacher_scored === false ? " (teacher not run: the row trains nothing, W = 1)" : "") : "SERL: no context");
     head.appendChild(document.createTextNode("  " + bits.join(" · ")));
     d.appendChild(head);
     d.appendChild(el("div", {"class": "lbl"}, "observation"));

@@ -1,0 +1,102 @@
+"""SERL's teacher pass of one real iteration, with and without ``algorithm.serl.skip_zero_advantage_rows``,
+side by side in one process on the same rows.
+
+The rows are the last iteration of a real ``serl train`` run (its ``last_rollout.jsonl``, grouped
+by ``uid`` into GRPO groups), put through the trainer's own row filters and advantage estimator,
+then through :meth:`serl.train.trainer.Trainer._update_batch` (contexts, teacher prompts,
+teacher scoring) with the switch off (the original: every row with a context is scored) and on
+(rows whose advantage is exactly 0 are not), alternating, ``--repeats`` times each. Both give
+the same update (tests/test_train_e2e.py); this measures what the teacher pass costs.
+
+Reported: the CPU model, torch's CPU capability, threads, the teacher's dtype, rows scored,
+wall and process-CPU seconds of each pass, and the ratio of the medians.
+
+    PYTHONPATH=$PWD python benchmarks/teacher_pass.py --rollout RUN/last_rollout.jsonl
+    PYTHONPATH=$PWD python benchmarks/teacher_pass.py --rollout RUN/last_rollout.jsonl --emulate-avx2
+
+``--emulate-avx2`` caps torch, oneDNN and MKL at AVX2 (``benchmarks/cpu_kind.py``): float32,
+as on an AVX2-only CPU; a proxy, labelled as such. Extra ``key=value`` arguments are config
+overrides of the ``cpu`` recipe (use the run's own if it was not the default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_kind import emulate_avx2  # noqa: E402
+
+EMULATED = emulate_avx2(sys.argv)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+from serl.config import load_config  # noqa: E402
+from serl.train.trainer import Trainer  # noqa: E402
+from serl.trajectory import Group, read_jsonl  # noqa: E402
+from throughput import Clock, cpu_model  # noqa: E402
+
+
+def load_groups(path: str) -> list[Group]:
+    """The trajectories of a ``last_rollout.jsonl`` as GRPO groups (by ``uid``, in file order)."""
+    groups: dict[str, Group] = {}
+    for t in read_jsonl(path):
+        groups.setdefault(t.uid, Group(uid=t.uid, task=t.task)).trajectories.append(t)
+    return list(groups.values())
+
+
+def main(argv: list[str]) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rollout", required=True, help="last_rollout.jsonl of a serl train run")
+    ap.add_argument("--repeats", type=int, default=2, help="passes per setting (alternating)")
+    ap.add_argument("--emulate-avx2", action="store_true", help="cap the CPU at AVX2 (see benchmarks/cpu_kind.py)")
+    ap.add_argument("overrides", nargs="*", help="config overrides (key=value) of the cpu recipe")
+    args = ap.parse_args(argv)
+    cfg = load_config("cpu", args.overrides + [
+        "trainer.logger=[]", "trainer.progress=false", "trainer.run_name=bench",
+        f"trainer.output_dir={tempfile.mkdtemp(prefix='serl-teacher-pass-')}", "algorithm.serl.enable=true"])
+    tr = Trainer(cfg)
+    try:
+        groups = load_groups(args.rollout)
+        metrics: dict[str, float] = {}
+        table = tr._filtered_rows(groups, 1, metrics)
+        adv = tr._advantages(table, metrics)
+        res = {"cpu": cpu_model(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+               "emulated_avx2": EMULATED, "threads": torch.get_num_threads(), "teacher_dtype": str(tr.infer_dtype),
+               "rows": len(table), "nonzero_advantage_rows": int((adv != 0).sum()), "rollout": args.rollout}
+        print(f"CPU {res['cpu']} ({res['torch_cpu_capability']}{', AVX2 emulated' if EMULATED else ''}), "
+              f"{res['threads']} threads, teacher {tr.infer_dtype}; {res['rows']} rows, "
+              f"{res['nonzero_advantage_rows']} with advantage != 0", file=sys.stderr)
+        tr._update_batch(groups, table, adv, {}, {})  # warm-up (oneDNN kernels, allocator)
+        times: dict[str, list[Clock]] = {"all_rows": [], "skip_zero_advantage": []}
+        for _ in range(args.repeats):
+            for label, skip in (("all_rows", False), ("skip_zero_advantage", True)):
+                tr.cfg.algorithm.serl.skip_zero_advantage_rows = skip
+                m: dict[str, float] = {}
+                with Clock() as c:
+                    tr._update_batch(groups, table, adv, m, {})
+                times[label].append(c)
+                res[f"{label}_scored_rows"] = round(m["serl/teacher_scored_fraction"] * len(table))
+                print(f"{label}: {res[f'{label}_scored_rows']} rows scored, {c.wall:.1f} s wall, "
+                      f"{c.cpu:.1f} CPU-s", file=sys.stderr)
+        for label, cs in times.items():
+            res[f"{label}_wall_s"] = statistics.median(c.wall for c in cs)
+            res[f"{label}_cpu_s"] = statistics.median(c.cpu for c in cs)
+            res[f"{label}_rows_per_s"] = len(table) / res[f"{label}_wall_s"]
+        res["speedup_wall"] = res["all_rows_wall_s"] / res["skip_zero_advantage_wall_s"]
+        print(f"teacher pass of the iteration's {len(table)} rows: {res['all_rows_wall_s']:.1f} s -> "
+              f"{res['skip_zero_advantage_wall_s']:.1f} s wall (median), {res['speedup_wall']:.2f}x", file=sys.stderr)
+    finally:
+        tr.close()
+    print(json.dumps(res))
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
