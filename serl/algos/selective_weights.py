@@ -96,10 +96,11 @@ def teacher_rows(has_context: Sequence[bool], advantages: torch.Tensor, row_mask
     teacher's log-probs. Where the Dr.BoT row mask is 0, the row's tokens are masked out of the
     loss. In both cases the teacher forward pass of that row is wasted work. The original
     (``OliverLeeXZ/SERL@5a2a85b:verl/workers/actor/dp_actor.py``, ``update_policy``) runs the
-    teacher over every row of each micro-batch that has a context. With ``skip_zero_advantage_rows`` those rows are left out. The loss and the
-    gradients are unchanged; the ``serl_action_mask/*`` weight metrics then cover only the
-    scored rows. Early in sparse-reward training most groups have all-equal rewards, and this
-    skips most of the teacher's work.
+    teacher over every row of each micro-batch that has a context. With
+    ``skip_zero_advantage_rows`` those rows are left out. The loss and the gradients are
+    unchanged; the ``serl_action_mask/*`` weight metrics then cover only the scored rows. Early
+    in sparse-reward training most groups have all-equal rewards, and this skips most of the
+    teacher's work.
 
     Args:
         has_context: per row, whether the row has a privileged teacher prompt.

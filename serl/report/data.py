@@ -29,7 +29,7 @@ PANELS: list[tuple[str, str]] = [
     ("Valid-action ratio", r"^(episode|val)/(valid|admissible)_action_ratio$"),
     ("Advantages", r"^critic/advantages/(mean|max|min|nonzero_fraction|nonzero_group_fraction)$"),
     ("SERL λ and weights W", r"^serl_action_mask/(effective_lambda|weight_mean|weight_max|weight_min|clipped_fraction)$"),
-    ("SERL context fraction", r"^serl/(reprompt_sample_fraction|action_token_fraction|context_dropped_by_length_fraction)$"),
+    ("SERL context fraction", r"^serl/(reprompt_sample_fraction|teacher_scored_fraction|action_token_fraction|context_dropped_by_length_fraction)$"),
     ("Entropy", r"^(actor|replay)/entropy$"),
     ("KL", r"^(actor|replay)/(kl_loss|ppo_kl)$"),
     ("Episode length", r"^episode/length/mean$"),

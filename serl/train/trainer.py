@@ -736,7 +736,7 @@ class Trainer:
         has_ctx = [p is not None for p in t_prompts]
         todo = teacher_rows(has_ctx, adv, table.row_mask, self.cfg.algorithm.serl.skip_zero_advantage_rows)
         scored = self._score(self.teacher.model, batch.select(todo), "teacher", pbar,
-                             prompt_ids=[t_prompts[i] for i in todo]) if todo else []
+                             prompt_ids=[t_prompts[i] for i in todo])  # also when empty: N > 1 gathers
         out: list[Optional[torch.Tensor]] = [None] * n
         for i, lp in zip(todo, scored):
             out[i] = lp
