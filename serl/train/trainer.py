@@ -238,7 +238,6 @@ class Trainer:
         self.teacher_log = TeacherLogWriter(self.run_dir, cfg.algorithm.serl)
         self.trace = TraceWriter(self.run_dir, cfg.trainer)
         self._row_contexts: list = []  # the kept rows' privileged contexts of this iteration (SERL)
-        self._row_skipped: list[bool] = []  # rows with a context the teacher did not score (train nothing)
         self.optimizer = make_adamw([p for p in self.policy.parameters() if p.requires_grad], cfg.actor.lr, cfg.actor.weight_decay)
         self._prepare_distributed()
         self.engine, engine_name = make_engine(cfg.rollout.engine, self.rollout_model, self.tokenizer,
@@ -727,7 +726,7 @@ class Trainer:
         ``algorithm.serl.skip_zero_advantage_rows`` (:func:`teacher_rows`).
         """
         n = len(batch)
-        self._row_contexts, self._row_skipped = [], []
+        self._row_contexts = []  # no stale contexts in the trace once λ_eff = 0
         if batch.serl_lambda <= 0.0:
             metrics.update({"serl/teacher_inactive_after_decay": 1.0, "serl/reprompt_sample_fraction": 0.0,
                             "serl/teacher_scored_fraction": 0.0})
@@ -740,7 +739,6 @@ class Trainer:
         out: list[Optional[torch.Tensor]] = [None] * n
         for i, lp in zip(todo, scored):
             out[i] = lp
-        self._row_skipped = [h and lp is None for h, lp in zip(has_ctx, out)]
         metrics.update(self._serl_metrics(table.rows, contexts, has_ctx))
         metrics["serl/teacher_scored_fraction"] = len(todo) / max(1, n)
         return out, has_ctx
@@ -790,7 +788,7 @@ class Trainer:
             if self.teacher is not None:
                 t_lp = batch.teacher_log_probs[i] if batch.teacher_log_probs is not None else None
                 ctx = self._row_contexts[i] if i < len(self._row_contexts) else None
-                skipped = i < len(self._row_skipped) and self._row_skipped[i]
+                skipped = ctx is not None and t_lp is None  # a context, but the row trains nothing
                 serl = serl_trace_fields(float(adv[i]), batch.old_log_probs[i], t_lp, s.action_mask, trained,
                                          batch.serl_lambda, sc.weight_clip, ctx, skipped)
             spans = token_char_spans(self.tokenizer, s.response_ids)
@@ -961,21 +959,21 @@ class Trainer:
                        lp: torch.Tensor, old: torch.Tensor, metrics: dict[str, float]) -> torch.Tensor:
         """``adv_tok`` ``[b, R]`` times SERL's selective token weights W on the action tokens of
         rows with teacher log-probs (arXiv 2605.19447; ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/core_algos.py``);
-        unchanged when λ_eff = 0 or no row has a context. Adds the ``serl_action_mask/*`` metrics."""
+        unchanged when λ_eff = 0 or no row has them. Adds the ``serl_action_mask/*`` metrics."""
         sc, lam = self.cfg.algorithm.serl, micro.serl_lambda
         metrics["serl_action_mask/effective_lambda"] = lam
         # rows the teacher scored: those with a context, less the ones that train nothing when
         # algorithm.serl.skip_zero_advantage_rows (their W would be 1: sign(A) = 0 or masked)
-        ctx_rows = torch.tensor([t is not None for t in micro.teacher_log_probs], device=self.device)
-        if not (lam > 0 and bool(ctx_rows.any())):
+        scored_rows = torch.tensor([t is not None for t in micro.teacher_log_probs], device=self.device)
+        if not (lam > 0 and bool(scored_rows.any())):
             metrics.update({"serl_action_mask/weight_mean": 1.0, "serl_action_mask/empty_target_batch": 1.0})
             return adv_tok
         student = old if sc.student_logprob == "old" else lp.detach()
-        selected = mask.bool() & ctx_rows.unsqueeze(-1) & b.action_mask.bool()
+        selected = mask.bool() & scored_rows.unsqueeze(-1) & b.action_mask.bool()
         teacher = micro.padded("teacher_log_probs", lp.shape[1]).to(self.device)
         W, wm = serl_token_weights(adv_tok, student, teacher, selected, lam, sc.weight_clip)
-        ctx_tokens = (mask * ctx_rows.unsqueeze(-1)).sum().clamp_min(1)
-        wm["selected_fraction"] = (selected.sum() / ctx_tokens).item()
+        scored_tokens = (mask * scored_rows.unsqueeze(-1)).sum().clamp_min(1)
+        wm["selected_fraction"] = (selected.sum() / scored_tokens).item()
         metrics.update({f"serl_action_mask/{k}": v for k, v in wm.items()})
         return adv_tok * W
 
