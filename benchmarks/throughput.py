@@ -131,17 +131,18 @@ def former_path(tr: Trainer):
     """The code path before the throughput work: ``logits_to_keep`` head, consecutive
     micro-batches of ``ppo_micro_batch_size`` for the update and the scoring, per-parameter AdamW."""
     a = tr.cfg.actor
+    m = tr.cfg.model
     saved = (trainer_mod.response_logprobs, trainer_mod.score_logprobs, a.log_prob_micro_batch_size_per_gpu,
-             a.use_dynamic_bsz, tr.optimizer)
+             a.use_dynamic_bsz, tr.optimizer, m.use_remove_padding)
     trainer_mod.response_logprobs = functools.partial(response_logprobs, response_only=False)
     trainer_mod.score_logprobs = functools.partial(saved[1], bucket=False)
-    a.log_prob_micro_batch_size_per_gpu, a.use_dynamic_bsz = a.ppo_micro_batch_size, False
+    a.log_prob_micro_batch_size_per_gpu, a.use_dynamic_bsz, m.use_remove_padding = a.ppo_micro_batch_size, False, False
     tr.optimizer = torch.optim.AdamW(tr.policy.parameters(), lr=a.lr, weight_decay=a.weight_decay, foreach=False)
     try:
         yield
     finally:
         (trainer_mod.response_logprobs, trainer_mod.score_logprobs, a.log_prob_micro_batch_size_per_gpu,
-         a.use_dynamic_bsz, tr.optimizer) = saved
+         a.use_dynamic_bsz, tr.optimizer, m.use_remove_padding) = saved
 
 
 def time_update(tr: Trainer, rows: list[Step], state) -> Clock:

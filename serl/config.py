@@ -116,6 +116,10 @@ class ModelConfig:
     #: micro-batch: on only when the micro-batch's estimated activation memory without it exceeds
     #: ``trainer.activation_memory_gb`` (checkpointing costs ~1/3 more compute, saves most memory)
     gradient_checkpointing: Union[bool, str] = "auto"
+    #: the update and the scoring passes (teacher, reference, old log-probs) run each micro-batch
+    #: as one packed sequence of its rows' real tokens, no padding (verl's ``use_remove_padding``,
+    #: on in verl-agent's recipes); false = padded rows with an attention mask (the former path)
+    use_remove_padding: bool = True
     trust_remote_code: bool = False
     #: a PEFT LoRA adapter merged into ``path`` at load: a folder, or the name of an adapter
     #: shipped with serl (``serl/models/adapters``); None = none. Used by train, eval and sft.

@@ -99,7 +99,7 @@ def test_padded_training_forward_passes_no_fully_masked_row_and_keeps_log_probs(
     for impl in (SERL_ATTENTION, "eager"):
         model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
         model.set_attn_implementation(impl)
-        lp, _ = response_logprobs(model, batch)
+        lp, _ = response_logprobs(model, batch, remove_padding=False)  # the padded path
         (lp * batch.response_mask).sum().backward()
         out[impl] = (lp * batch.response_mask, torch.cat([p.grad.flatten() for p in model.parameters()]))
     assert seen and all(seen)

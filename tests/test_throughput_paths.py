@@ -45,10 +45,11 @@ def _update_once(tr: Trainer, rows) -> dict[str, torch.Tensor]:
 
 
 def test_one_update_matches_the_former_path(tiny_model_dir, tmp_path, monkeypatch):
-    """Response-only LM head, length-grouped scoring micro-batches and fused AdamW against the
-    former path (``logits_to_keep``, consecutive micro-batches of ppo_micro_batch_size, the
-    per-parameter AdamW loop): the same parameters after one update with two mini-batches
-    (precomputed old log-probs), the reference KL and an entropy bonus."""
+    """Packed rows (``model.use_remove_padding``), the response-only LM head, length-grouped
+    scoring micro-batches and fused AdamW against the former path (padded rows,
+    ``logits_to_keep``, consecutive micro-batches of ppo_micro_batch_size, the per-parameter AdamW
+    loop): the same parameters after one update with two mini-batches (precomputed old
+    log-probs), the reference KL and an entropy bonus."""
     tr = Trainer(_cfg(tiny_model_dir, tmp_path))
     try:
         assert tr.optimizer.defaults.get("fused") or tr.optimizer.defaults.get("foreach")
@@ -59,6 +60,7 @@ def test_one_update_matches_the_former_path(tiny_model_dir, tmp_path, monkeypatc
         tr.optimizer = torch.optim.AdamW(tr.policy.parameters(), lr=tr.cfg.actor.lr,
                                          weight_decay=tr.cfg.actor.weight_decay, foreach=False)
         tr.cfg.actor.log_prob_micro_batch_size_per_gpu = tr.cfg.actor.ppo_micro_batch_size
+        tr.cfg.model.use_remove_padding = False
         monkeypatch.setattr(trainer_mod, "response_logprobs", functools.partial(response_logprobs, response_only=False))
         score = trainer_mod.score_logprobs
         monkeypatch.setattr(trainer_mod, "score_logprobs", functools.partial(score, bucket=False))

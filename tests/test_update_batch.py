@@ -7,7 +7,8 @@ import torch
 
 from serl.algos.spear import ReplayRow
 from serl.models.loading import load_causal_lm
-from serl.train.batch import UpdateBatch, collate, length_buckets, pad_rows, response_logprobs, score_logprobs
+from serl.train.batch import (UpdateBatch, collate, length_buckets, pack_rows, pad_rows, response_logprobs,
+                              score_logprobs)
 from serl.trajectory import Step
 
 
@@ -125,3 +126,48 @@ def test_response_only_logits_equal_full_logits(tiny_model_dir, dtype):
         ga = torch.autograd.grad((a * rb.response_mask).sum(), model.model.embed_tokens.weight)[0]
         gc = torch.autograd.grad((c * rb.response_mask).sum(), model.model.embed_tokens.weight)[0]
         assert torch.allclose(ga, gc, atol=1e-4)
+
+
+def test_pack_rows_concatenates_real_tokens_and_points_at_the_predicting_positions():
+    rb = collate([[5, 6, 7], [8]], [[1, 2], [3, 4, 9]], pad_id=0)  # [2, 3 + 3], left-padded prompts
+    p = pack_rows(rb)
+    assert p.input_ids.tolist() == [[5, 6, 7, 1, 2, 8, 3, 4, 9]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3]]
+    assert p.cu_seq_lens.tolist() == [0, 5, 9] and p.cu_seq_lens.dtype == torch.int32 and p.max_length == 5
+    # row 0: token 1 is predicted by packed position 2 (7), token 2 by 3; row 1: 3 by 5 (8), 4 by 6, 9 by 7
+    assert p.predict_index.tolist() == [2, 3, 5, 6, 7]
+    assert p.input_ids[0, p.predict_index + 1].tolist() == rb.responses[rb.response_mask.bool()].tolist()
+    assert set(p.attention_kwargs()) == {"cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"}
+    with pytest.raises(ValueError, match="prompt token"):
+        pack_rows(collate([[]], [[1]], pad_id=0))
+
+
+@pytest.mark.parametrize("impl", ["serl_sdpa", "eager"])
+def test_packed_rows_give_the_padded_log_probs_entropies_and_gradients(tiny_model_dir, impl):
+    """``remove_padding`` (one packed sequence, each row attending only to itself) against the
+    padded batch with its attention mask, in float32: serl's attention (one sdpa call per row) and
+    eager attention (transformers' block-diagonal mask from the restarting positions); the
+    response-only head and the ``logits_to_keep`` path through the model itself; with a gradient
+    and in inference mode."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 4000, (n,), generator=g).tolist() for n in (30, 7, 19, 1)]
+    responses = [torch.randint(3, 4000, (n,), generator=g).tolist() for n in (5, 9, 2, 4)]
+    rb = collate(prompts, responses, pad_id=0)
+    mask = rb.response_mask.bool()
+    model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
+    model.set_attn_implementation(impl)
+    params = [p for p in model.parameters()]
+    out = {}
+    for remove_padding in (False, True):
+        for response_only in (True, False):
+            lp, ent = response_logprobs(model, rb, 0.7, with_entropy=True, response_only=response_only,
+                                        remove_padding=remove_padding)
+            grads = torch.autograd.grad((lp * rb.response_mask).sum() + (ent * rb.response_mask).sum(), params)
+            with torch.inference_mode():
+                lp_inf, _ = response_logprobs(model, rb, 0.7, response_only=response_only, remove_padding=remove_padding)
+            out[remove_padding, response_only] = (lp[mask], ent[mask], torch.cat([x.flatten() for x in grads]), lp_inf[mask])
+    ref = out[False, True]
+    assert not torch.equal(ref[0], torch.zeros_like(ref[0]))
+    for key, got in out.items():
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=lambda m: f"{key}: {m}")

@@ -1,4 +1,8 @@
-"""A faster attention for the one-token decode steps of generation on CPU.
+"""serl's attention function: fast one-token decode steps on CPU, and packed (padding-free) rows.
+
+It also runs the packed rows of the update and the scoring passes (``model.use_remove_padding``,
+:class:`serl.train.batch.PackedRows`): each row's attention is causal within itself, one
+unmasked ``sdpa`` call per row, instead of a ``[T, T]`` block-diagonal mask over all of them.
 
 Profiled on SmolLM2-135M (AMD EPYC, AVX512-BF16, torch 2.13, one thread; BENCHMARKS.md,
 "Throughput"): in a batch-8 bf16 decode step with ~700 cached positions, PyTorch's CPU
@@ -75,15 +79,42 @@ def attend_somewhere(mask: torch.Tensor) -> torch.Tensor:
     return mask.masked_fill(dead, 0.0)
 
 
+def _packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      cu_seq_lens: torch.Tensor, dropout: float, scaling: float | None) -> torch.Tensor:
+    """Causal attention of packed rows, each within itself.
+
+    Args:
+        query: ``[1, H, T, D]``; key, value: ``[1, KV, T, D]`` (``T`` = all rows' tokens).
+        cu_seq_lens: ``[b + 1]`` int, row ``i`` = positions ``cu_seq_lens[i] … cu_seq_lens[i+1] − 1``.
+
+    Returns:
+        ``[1, T, H, D]`` (transformers' attention-output layout): per row, transformers'
+        ``sdpa_attention_forward`` with no mask and ``is_causal`` (PyTorch's flash kernel on CPU).
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    bounds = [int(x) for x in cu_seq_lens.tolist()]
+    outs = [sdpa_attention_forward(module, query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], None,
+                                   dropout=dropout, scaling=scaling, is_causal=True)[0]
+            for s, e in zip(bounds[:-1], bounds[1:])]
+    return torch.cat(outs, dim=1)
+
+
 def serl_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                            attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                            is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature (``query`` ``[B, H, q, D]``, ``key``/``value``
-    ``[B, KV, L, D]``; returns ``([B, q, H, D], None)``): the grouped-matmul path for a
-    length-1 query on CPU in bf16/fp16 without dropout, transformers' ``sdpa_attention_forward``
-    otherwise (same arguments, with fully masked query rows unmasked by :func:`attend_somewhere`)."""
+    ``[B, KV, L, D]``; returns ``([B, q, H, D], None)``): packed rows (``cu_seq_lens_q`` given,
+    as :class:`serl.train.batch.PackedRows` passes it; one sequence, no KV cache) attend each
+    within itself (:func:`_packed_attention`; transformers' block-diagonal mask is then ignored);
+    the grouped-matmul path for a length-1 query on CPU in bf16/fp16 without dropout;
+    transformers' ``sdpa_attention_forward`` otherwise (same arguments, with fully masked query
+    rows unmasked by :func:`attend_somewhere`)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is not None and query.shape[0] == 1 and query.shape[2] == key.shape[2] == int(cu[-1]):
+        return _packed_attention(module, query, key, value, cu, dropout, scaling), None
     fast = (query.shape[2] == 1 and query.device.type == "cpu" and query.dtype != torch.float32
             and not dropout and kwargs.get("position_bias") is None and kwargs.get("cache") is None
             and query.shape[1] % key.shape[1] == 0)

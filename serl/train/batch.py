@@ -214,18 +214,82 @@ def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: fl
     return logprob, entropy
 
 
+@dataclass
+class PackedRows:
+    """The real (non-padding) tokens of a :class:`RowBatch` as one sequence: verl's
+    ``use_remove_padding`` (``volcengine/verl`` ``dp_actor.py``, there with flash-attention's
+    varlen kernels), TRL's ``padding_free``.
+
+    Rows are concatenated in order; each row restarts its positions at 0, and the attention of
+    one row must not see another: ``attention_kwargs`` carries the row boundaries under the
+    names of transformers' flash-attention kwargs (``cu_seq_lens_q`` ...), which
+    :mod:`serl.models.attention` and ``flash_attention_2`` read; any other attention
+    implementation gets transformers' block-diagonal mask built from the restarting positions.
+
+    Attributes:
+        input_ids: ``[1, T]`` long, ``T`` = the real tokens of all rows.
+        position_ids: ``[1, T]`` long, 0 … ``L_i − 1`` within row ``i``.
+        cu_seq_lens: ``[b + 1]`` int32, row ``i`` = positions ``cu_seq_lens[i] … cu_seq_lens[i+1] − 1``.
+        max_length: the longest row (tokens).
+        predict_index: ``[N]`` long, ``N`` = ``response_mask.sum()``: the packed position whose
+            hidden state predicts each response token, in the row-major order of
+            ``batch.responses[batch.response_mask.bool()]``.
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    cu_seq_lens: torch.Tensor
+    max_length: int
+    predict_index: torch.Tensor
+
+    def attention_kwargs(self) -> dict[str, Any]:
+        """The row boundaries as transformers passes them down to the attention function."""
+        return {"cu_seq_lens_q": self.cu_seq_lens, "cu_seq_lens_k": self.cu_seq_lens,
+                "max_length_q": self.max_length, "max_length_k": self.max_length}
+
+
+def pack_rows(batch: RowBatch) -> PackedRows:
+    """Pack the real tokens of ``batch`` (``[b, P+R]``, left-padded prompts and right-padded
+    responses, as :func:`collate` builds it) into one sequence; see :class:`PackedRows`.
+
+    Raises:
+        ValueError: a row with no prompt token (nothing would predict its first response token).
+    """
+    keep = batch.attention_mask.bool()  # [b, P+R]
+    R = batch.responses.shape[1]
+    P = keep.shape[1] - R
+    if P < 1 or not bool(keep[:, P - 1].all()):
+        raise ValueError("every row needs at least one prompt token to pack it")
+    lengths = keep.sum(1)
+    packed_at = (keep.flatten().cumsum(0) - 1).view_as(keep)  # packed position of each real slot
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=keep.device)
+    cu[1:] = lengths.cumsum(0)
+    return PackedRows(
+        input_ids=batch.input_ids[keep].unsqueeze(0),
+        position_ids=batch.position_ids[keep].unsqueeze(0),
+        cu_seq_lens=cu,
+        max_length=int(lengths.max()),
+        predict_index=packed_at[:, P - 1 : P + R - 1][batch.response_mask.bool()],
+    )
+
+
 def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_entropy: bool = False,
-                      response_only: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                      response_only: bool = True, remove_padding: bool = True
+                      ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-probs of the sampled response tokens under ``model``.
 
-    ``response_only`` (default): the decoder runs over the whole row, then the LM head runs only
-    on the hidden states that predict a sampled token (``response_mask`` = 1), so neither the
+    ``remove_padding`` (default; verl's ``use_remove_padding``): the rows run as one packed
+    sequence of their real tokens (:func:`pack_rows`), so no padding goes through the model and
+    each row's attention is causal within itself; else the padded ``[b, P+R]`` batch runs with
+    its attention mask. ``response_only`` (default): the decoder runs, then the LM head only on
+    the hidden states that predict a sampled token (``response_mask`` = 1), so neither the
     prompt positions nor the response padding go through the ``hidden × vocab`` projection;
     without a gradient the head runs in chunks of :data:`SCORE_CHUNK_TOKENS` tokens. Models
-    whose logits are not ``lm_head(hidden)`` fall back to the other path. ``response_only=False``
-    is the former path: transformers' ``logits_to_keep=R+1`` (the last ``R+1`` positions of every
-    row, padding included). Both give the same log-probs up to float rounding. Logits are divided
-    by ``temperature`` (the rollout temperature, as verl) and normalised in float32.
+    whose logits are not ``lm_head(hidden)`` (and DDP/FSDP-wrapped ones) call the model itself
+    with ``logits_to_keep``: the predicting positions when packed, else the last ``R+1``
+    positions of every row (``response_only=False`` is that former path). All paths give the
+    same log-probs up to float rounding. Logits are divided by ``temperature`` (the rollout
+    temperature, as verl) and normalised in float32.
 
     Args:
         model: a causal LM.
@@ -233,23 +297,38 @@ def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_ent
         temperature: > 0.
         with_entropy: also return the per-token entropy (nats).
         response_only: see above.
+        remove_padding: see above.
 
     Returns:
         ``(logprob, entropy)``: ``[b, R]`` float32 each (``entropy`` None unless asked); values on
-        padding positions are meaningless (0 on the response-only path) and must be masked with
-        ``batch.response_mask``.
+        padding positions are meaningless (0 except on the unpacked full path) and must be
+        masked with ``batch.response_mask``.
+
+    Raises:
+        ValueError: ``remove_padding`` with a row that has no prompt token.
     """
     parts = _lm_head_parts(model) if response_only else None
-    if parts is None:
+    if parts is None and not remove_padding:
         return _response_logprobs_full(model, batch, temperature, with_entropy)
-    decoder, head = parts
-    b, R = batch.responses.shape
-    P = batch.input_ids.shape[1] - R
-    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                     position_ids=batch.position_ids, use_cache=False).last_hidden_state
     sel = batch.response_mask.bool()
-    h = hidden[:, P - 1 : P + R - 1][sel]  # [N, H]: position t predicts token t+1
     targets = batch.responses[sel]
+    b, R = batch.responses.shape
+    if parts is None:  # packed, through the model itself: logits at the predicting positions only
+        packed = pack_rows(batch)
+        logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
+                       logits_to_keep=packed.predict_index, **packed.attention_kwargs()).logits[0]
+        lp_sel, ent_sel = _token_logprobs(logits, targets, temperature, with_entropy)
+        return _scatter_rows(sel, lp_sel, ent_sel if with_entropy else None)
+    decoder, head = parts
+    if remove_padding:
+        packed = pack_rows(batch)
+        h = decoder(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
+                    **packed.attention_kwargs()).last_hidden_state[0, packed.predict_index]  # [N, H]
+    else:
+        P = batch.input_ids.shape[1] - R
+        hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                         position_ids=batch.position_ids, use_cache=False).last_hidden_state
+        h = hidden[:, P - 1 : P + R - 1][sel]  # [N, H]: position t predicts token t+1
     if torch.is_grad_enabled():
         lp_sel, ent_sel = _token_logprobs(head(h), targets, temperature, with_entropy)
     else:  # chunks bound the [N, vocab] logits of a scoring pass
@@ -257,18 +336,22 @@ def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_ent
                                   temperature, with_entropy) for k in range(0, h.shape[0], SCORE_CHUNK_TOKENS)]
         lp_sel = torch.cat([c[0] for c in chunks]) if chunks else h.new_zeros(0, dtype=torch.float32)
         ent_sel = torch.cat([c[1] for c in chunks]) if with_entropy and chunks else None
-    logprob = torch.zeros(b, R, dtype=torch.float32, device=h.device).masked_scatter(sel, lp_sel)
-    entropy = None
-    if with_entropy:
-        if ent_sel is None:
+        if with_entropy and ent_sel is None:
             ent_sel = lp_sel.new_zeros(0)
-        entropy = torch.zeros(b, R, dtype=torch.float32, device=h.device).masked_scatter(sel, ent_sel)
-    return logprob, entropy
+    return _scatter_rows(sel, lp_sel, ent_sel if with_entropy else None)
+
+
+def _scatter_rows(sel: torch.Tensor, lp_sel: torch.Tensor, ent_sel: Optional[torch.Tensor]
+                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``[N]`` per-token values back into ``[b, R]`` float32 rows at ``sel`` (``[b, R]`` bool); 0 elsewhere."""
+    def scatter(v: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(sel.shape, dtype=torch.float32, device=v.device).masked_scatter(sel.to(v.device), v.float())
+    return scatter(lp_sel), None if ent_sel is None else scatter(ent_sel)
 
 
 def _response_logprobs_full(model, batch: RowBatch, temperature: float, with_entropy: bool
                             ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """The ``logits_to_keep=R+1`` path of :func:`response_logprobs` (every row's last ``R+1``
+    """The padded ``logits_to_keep=R+1`` path of :func:`response_logprobs` (every row's last ``R+1``
     positions through the LM head, padding included)."""
     R = batch.responses.shape[1]
     out = model(
@@ -461,6 +544,7 @@ def score_logprobs(
     autocast: Callable[[], ContextManager] = nullcontext,
     progress: Optional[Callable[[int, int], None]] = None,
     bucket: bool = True,
+    remove_padding: bool = True,
 ) -> list[torch.Tensor]:
     """Log-probs of each row's response tokens under a frozen ``model`` (teacher, reference, old
     log-probs), in inference mode, in micro-batches of ``micro_batch_size`` rows: grouped by
@@ -474,6 +558,7 @@ def score_logprobs(
             ``batch.prompt_ids``.
         autocast: a context-manager factory wrapped around each forward pass.
         progress: called as ``progress(rows_done, rows_total)`` before each micro-batch.
+        remove_padding: run each micro-batch packed (:func:`response_logprobs`).
 
     Returns:
         Per row a ``[L_i]`` float32 CPU tensor (nats).
@@ -494,7 +579,7 @@ def score_logprobs(
             responses = [batch.response_ids[i] for i in idx]
             b = collate([prompts[i] for i in idx], responses, pad_id).to(device)
             with autocast():
-                lp, _ = response_logprobs(model, b, temperature)
+                lp, _ = response_logprobs(model, b, temperature, remove_padding=remove_padding)
             for j, (i, r) in enumerate(zip(idx, responses)):
                 out[i] = lp[j, : len(r)].float().cpu()
             done += len(idx)

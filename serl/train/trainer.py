@@ -711,7 +711,8 @@ class Trainer:
             return score_logprobs(model, part, self.cfg.actor.log_prob_micro_batch_size_per_gpu,
                                   pad_id=self.tokenizer.pad_token_id, temperature=self.cfg.rollout.temperature,
                                   device=self.device, prompt_ids=prompt_ids if prompts is None else prompts,
-                                  autocast=self._autocast if autocast else nullcontext, progress=progress)
+                                  autocast=self._autocast if autocast else nullcontext, progress=progress,
+                                  remove_padding=self.cfg.model.use_remove_padding)
 
         return self.dist.sharded_map(score, len(batch), model=model)
 
@@ -921,7 +922,8 @@ class Trainer:
         R = b.responses.shape[1]
         self.grad_ckpt.select(*b.input_ids.shape, logit_positions=int(b.response_mask.sum()))
         with self._autocast():  # through the DDP wrapper with N > 1 (its hooks all-reduce the gradients)
-            lp, ent = response_logprobs(self.train_model, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0)
+            lp, ent = response_logprobs(self.train_model, b, self.cfg.rollout.temperature, with_entropy=a.entropy_coeff != 0,
+                                        remove_padding=self.cfg.model.use_remove_padding)
         lp = lp.float()
         old_rows = [o if o is not None else lp[j, : len(r)].detach().cpu()
                     for j, (o, r) in enumerate(zip(micro.old_log_probs, micro.response_ids))]
