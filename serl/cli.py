@@ -124,7 +124,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model, source = load_causal_lm(path, dtype, device, cfg.model.trust_remote_code, cfg.model.adapter), path
     split = args.split or cfg.env.eval_split
     n = args.num_tasks if args.num_tasks is not None else cfg.env.eval_num_tasks
-    engine = HFEngine(model, tok, cfg.rollout.micro_batch_size)
+    engine = HFEngine(model, tok, cfg.rollout.micro_batch_size, unpadded_prefill=cfg.rollout.unpadded_prefill,
+                      prefix_caching=cfg.rollout.enable_prefix_caching)
     res = evaluate_policy(cfg, engine, tok, split, n, greedy=args.greedy, seed=args.seed)
     m = res["metrics"]
     mode = "greedy" if args.greedy else f"sampled T={cfg.rollout.val_temperature}, seed={args.seed}"

@@ -247,9 +247,14 @@ class RolloutConfig:
     #: the share of the machine's RAM (it must be free at start-up). null = 0.5 on CUDA (verl's
     #: default), 0.15 on CPU (serl.rollout.engine.DEFAULT_MEMORY_SHARE)
     gpu_memory_utilization: Optional[float] = None
-    #: vllm only (verl's key): reuse the KV cache of shared prompt prefixes (a group's G episodes
-    #: start from the same prompt)
+    #: (verl's key) reuse the KV cache of shared prompts: a group's G episodes start from the same
+    #: prompt. vllm: its prefix cache; hf (with ``unpadded_prefill``): identical prompts of a
+    #: ``generate`` call are prefilled once
     enable_prefix_caching: bool = True
+    #: hf only: prefill each prompt of a ``generate`` call on its own, without padding, into a KV
+    #: cache allocated once for the prompts and the replies, then decode the batch
+    #: (serl.rollout.prefill); false = transformers ``generate`` on the left-padded batch
+    unpadded_prefill: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
     #: -1 = no top-k (verl convention)

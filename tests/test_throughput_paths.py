@@ -119,3 +119,96 @@ def test_static_cache_greedy_tokens_equal_plain_generate(tiny_model_dir):
     assert static == plain and all(len(r) > 0 for r in plain)
     with pytest.raises(ValueError, match="static"):
         HFEngine(model, tok, compile_decode=True)
+
+
+def _prompts():
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 4000, (n,), generator=g).tolist() for n in (30, 7, 19, 1, 12)]
+    return prompts + [list(prompts[1]), list(prompts[2])]  # a group's shared first prompts
+
+
+@pytest.mark.parametrize("params", [SamplingParams(max_new_tokens=12, do_sample=False),
+                                    SamplingParams(max_new_tokens=12, temperature=1.0, seed=3)],
+                         ids=["greedy", "sampled"])
+def test_unpadded_prefill_gives_the_tokens_of_padded_generate(tiny_model_dir, params):
+    """The hf engine's prefill (each distinct prompt once, unpadded, into a preallocated cache)
+    against ``generate`` on the padded batch, float32: the same tokens, greedy and seeded
+    sampling (the same RNG draws), over micro-batches with a one-token prompt and duplicates."""
+    from serl.models.loading import load_causal_lm, load_tokenizer
+
+    model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
+    tok = load_tokenizer(str(tiny_model_dir))
+    padded = HFEngine(model, tok, 4, unpadded_prefill=False)
+    fast = HFEngine(model, tok, 4)
+    assert fast.unpadded_prefill and not padded.unpadded_prefill
+    want = padded.generate(_prompts(), params)
+    assert fast.generate(_prompts(), params) == want and all(len(r) == 12 for r in want)
+    assert HFEngine(model, tok, 4, prefix_caching=False).generate(_prompts(), params) == want
+    # an EOS ends a row early and the other rows go on: the rows trimmed as plain generate's
+    eos = want[0][3]
+    model.generation_config.eos_token_id = eos
+    try:
+        want = HFEngine(model, tok, 4, unpadded_prefill=False).generate(_prompts(), params)
+        assert HFEngine(model, tok, 4).generate(_prompts(), params) == want
+        assert any(r[-1] == eos and len(r) < 12 for r in want) and any(len(r) == 12 for r in want)
+    finally:
+        model.generation_config.eos_token_id = tok.eos_token_id
+
+
+def test_prefilled_cache_runs_each_distinct_prompt_once_and_right_aligns_it(tiny_model_dir, monkeypatch):
+    from serl.models.loading import load_causal_lm
+    from serl.rollout.prefill import PreallocatedLayer, prefilled_cache
+
+    model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu").eval()
+    prompts = [[5, 6, 7, 8], [9, 10], [5, 6, 7, 8], [11], [5, 6, 7, 3, 4]]
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda **kw: calls.append(kw["input_ids"].tolist()) or forward(**kw))
+    cache = prefilled_cache(model, prompts, width=5, new_tokens=3)
+    assert calls == [[[5, 6, 7]], [[9]], [[5, 6, 7, 3]]]  # [5,6,7,8] once; [11] has nothing to prefill
+    assert cache.get_seq_length() == 4 and all(isinstance(layer, PreallocatedLayer) for layer in cache.layers)
+    for layer_idx in (0, len(cache.layers) - 1):
+        k, v = cache.layers[layer_idx].keys, cache.layers[layer_idx].values  # [5, KV, 4, D]
+        for r, p in enumerate(prompts):
+            n = len(p) - 1  # the row's head sits in the last n of the 4 columns, zeros before it
+            assert torch.equal(k[r, :, : 4 - n], torch.zeros_like(k[r, :, : 4 - n]))
+            if n:
+                ref = forward(input_ids=torch.tensor([p[:-1]]), use_cache=True).past_key_values.layers[layer_idx]
+                torch.testing.assert_close(k[r, :, 4 - n :], ref.keys[0])
+                torch.testing.assert_close(v[r, :, 4 - n :], ref.values[0])
+    calls.clear()
+    prefilled_cache(model, prompts, width=5, new_tokens=3, dedup=False)
+    assert len(calls) == 4
+    with pytest.raises(ValueError, match="1 … 4"):
+        prefilled_cache(model, [[1, 2, 3, 4, 5]], width=4, new_tokens=1)
+    with pytest.raises(ValueError, match="one token"):
+        prefilled_cache(model, [[1], [2]], width=1, new_tokens=1)
+
+
+def test_preallocated_layer_writes_in_place_until_full():
+    from serl.rollout.prefill import PreallocatedLayer
+
+    layer = PreallocatedLayer(torch.zeros(2, 1, 4, 3), torch.zeros(2, 1, 4, 3), length=2)
+    assert layer.get_seq_length() == 2
+    k, v = layer.update(torch.ones(2, 1, 1, 3), 2 * torch.ones(2, 1, 1, 3))
+    assert k.shape == (2, 1, 3, 3) and torch.equal(k[:, :, 2], torch.ones(2, 1, 3)) and layer.get_seq_length() == 3
+    assert k.data_ptr() == layer._key_buffer.data_ptr()  # a view: no copy of the cache
+    layer.update(torch.ones(2, 1, 1, 3), torch.ones(2, 1, 1, 3))
+    with pytest.raises(RuntimeError, match="full"):
+        layer.update(torch.ones(2, 1, 1, 3), torch.ones(2, 1, 1, 3))
+    with pytest.raises(NotImplementedError):
+        layer.crop(-1)
+
+
+def test_models_with_sliding_window_layers_keep_plain_generate():
+    from types import SimpleNamespace
+
+    from serl.rollout.prefill import supports_prefilled_cache
+
+    def model(**cfg):
+        return SimpleNamespace(config=SimpleNamespace(**cfg))
+
+    assert supports_prefilled_cache(model(layer_types=["full_attention"] * 2))
+    assert supports_prefilled_cache(model(sliding_window=4096, use_sliding_window=False))
+    assert not supports_prefilled_cache(model(layer_types=["full_attention", "sliding_attention"]))
+    assert not supports_prefilled_cache(model(sliding_window=4096))

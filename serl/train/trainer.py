@@ -297,9 +297,9 @@ class Trainer:
         return self.rollout_model if self.dist.sharded else self.policy
 
     def _engine_options(self) -> dict[str, Any]:
-        """The settings of a vLLM rollout engine (:func:`~serl.rollout.engine.make_engine`)."""
+        """The settings of the rollout engine (:func:`~serl.rollout.engine.make_engine`)."""
         r = self.cfg.rollout
-        return dict(model_path=self.model_path, dtype=self.infer_dtype,
+        return dict(model_path=self.model_path, dtype=self.infer_dtype, unpadded_prefill=r.unpadded_prefill,
                     gpu_memory_utilization=(r.gpu_memory_utilization if r.gpu_memory_utilization is not None
                                             else default_memory_share(self.device)),
                     enable_prefix_caching=r.enable_prefix_caching,
