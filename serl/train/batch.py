@@ -312,33 +312,47 @@ def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_ent
         return _response_logprobs_full(model, batch, temperature, with_entropy)
     sel = batch.response_mask.bool()
     targets = batch.responses[sel]
-    b, R = batch.responses.shape
     if parts is None:  # packed, through the model itself: logits at the predicting positions only
         packed = pack_rows(batch)
         logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
                        logits_to_keep=packed.predict_index, **packed.attention_kwargs()).logits[0]
         lp_sel, ent_sel = _token_logprobs(logits, targets, temperature, with_entropy)
-        return _scatter_rows(sel, lp_sel, ent_sel if with_entropy else None)
-    decoder, head = parts
+    else:
+        decoder, head = parts
+        h = _predicting_hidden(decoder, batch, remove_padding)
+        lp_sel, ent_sel = _head_logprobs(head, h, targets, temperature, with_entropy)
+    return _scatter_rows(sel, lp_sel, ent_sel if with_entropy else None)
+
+
+def _predicting_hidden(decoder, batch: RowBatch, remove_padding: bool) -> torch.Tensor:
+    """``[N, H]`` decoder hidden states at the positions that predict the sampled tokens
+    (position t predicts token t+1), in the row-major order of ``batch.response_mask``;
+    packed (:func:`pack_rows`) or padded."""
     if remove_padding:
         packed = pack_rows(batch)
-        h = decoder(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
-                    **packed.attention_kwargs()).last_hidden_state[0, packed.predict_index]  # [N, H]
-    else:
-        P = batch.input_ids.shape[1] - R
-        hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                         position_ids=batch.position_ids, use_cache=False).last_hidden_state
-        h = hidden[:, P - 1 : P + R - 1][sel]  # [N, H]: position t predicts token t+1
+        return decoder(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
+                       **packed.attention_kwargs()).last_hidden_state[0, packed.predict_index]
+    R = batch.responses.shape[1]
+    P = batch.input_ids.shape[1] - R
+    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                     position_ids=batch.position_ids, use_cache=False).last_hidden_state
+    return hidden[:, P - 1 : P + R - 1][batch.response_mask.bool()]
+
+
+def _head_logprobs(head: torch.nn.Linear, h: torch.Tensor, targets: torch.Tensor, temperature: float,
+                   with_entropy: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``[N]`` log-probs (and entropies) of ``targets`` ``[N]`` from hidden states ``h`` ``[N, H]``
+    through the LM head; without a gradient in chunks of :data:`SCORE_CHUNK_TOKENS` tokens, which
+    bound the ``[N, vocab]`` logits of a scoring pass."""
     if torch.is_grad_enabled():
-        lp_sel, ent_sel = _token_logprobs(head(h), targets, temperature, with_entropy)
-    else:  # chunks bound the [N, vocab] logits of a scoring pass
-        chunks = [_token_logprobs(head(h[k : k + SCORE_CHUNK_TOKENS]), targets[k : k + SCORE_CHUNK_TOKENS],
-                                  temperature, with_entropy) for k in range(0, h.shape[0], SCORE_CHUNK_TOKENS)]
-        lp_sel = torch.cat([c[0] for c in chunks]) if chunks else h.new_zeros(0, dtype=torch.float32)
-        ent_sel = torch.cat([c[1] for c in chunks]) if with_entropy and chunks else None
-        if with_entropy and ent_sel is None:
-            ent_sel = lp_sel.new_zeros(0)
-    return _scatter_rows(sel, lp_sel, ent_sel if with_entropy else None)
+        return _token_logprobs(head(h), targets, temperature, with_entropy)
+    chunks = [_token_logprobs(head(h[k : k + SCORE_CHUNK_TOKENS]), targets[k : k + SCORE_CHUNK_TOKENS],
+                              temperature, with_entropy) for k in range(0, h.shape[0], SCORE_CHUNK_TOKENS)]
+    if not chunks:
+        empty = h.new_zeros(0, dtype=torch.float32)
+        return empty, empty.clone() if with_entropy else None
+    lp = torch.cat([c[0] for c in chunks])
+    return lp, torch.cat([c[1] for c in chunks]) if with_entropy else None
 
 
 def _scatter_rows(sel: torch.Tensor, lp_sel: torch.Tensor, ent_sel: Optional[torch.Tensor]
@@ -533,18 +547,10 @@ def _score_groups(prompts: Sequence[list[int]], responses: Sequence[list[int]], 
 
 
 def score_logprobs(
-    model,
-    batch: UpdateBatch,
-    micro_batch_size: int,
-    *,
-    pad_id: int,
-    temperature: float = 1.0,
-    device: Any = "cpu",
-    prompt_ids: Optional[list[list[int]]] = None,
-    autocast: Callable[[], ContextManager] = nullcontext,
-    progress: Optional[Callable[[int, int], None]] = None,
-    bucket: bool = True,
-    remove_padding: bool = True,
+    model, batch: UpdateBatch, micro_batch_size: int, *, pad_id: int, temperature: float = 1.0,
+    device: Any = "cpu", prompt_ids: Optional[list[list[int]]] = None,
+    autocast: Callable[[], ContextManager] = nullcontext, progress: Optional[Callable[[int, int], None]] = None,
+    bucket: bool = True, remove_padding: bool = True,
 ) -> list[torch.Tensor]:
     """Log-probs of each row's response tokens under a frozen ``model`` (teacher, reference, old
     log-probs), in inference mode, in micro-batches of ``micro_batch_size`` rows: grouped by
@@ -569,13 +575,12 @@ def score_logprobs(
     prompts = batch.prompt_ids if prompt_ids is None else prompt_ids
     if len(prompts) != len(batch):
         raise ValueError(f"{len(prompts)} prompts for {len(batch)} rows")
-    n = len(batch)
-    out: list[Optional[torch.Tensor]] = [None] * n
+    out: list[Optional[torch.Tensor]] = [None] * len(batch)
     done = 0
     with torch.inference_mode():
         for idx in _score_groups(prompts, batch.response_ids, max(1, micro_batch_size), bucket):
             if progress is not None:
-                progress(done, n)
+                progress(done, len(batch))
             responses = [batch.response_ids[i] for i in idx]
             b = collate([prompts[i] for i in idx], responses, pad_id).to(device)
             with autocast():
