@@ -54,38 +54,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-#: the algorithms compared: name -> overrides on top of the recipe
-ALGOS = {
-    "grpo": ["algorithm.serl.enable=false"],
-    "serl": ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=immediate_feedback"],
-    "serl_anchor": ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=anchor_immediate_feedback"],
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-#: per env, the defaults of the options left unset (the ALFWorld ones are the script's original defaults)
-ENV_DEFAULTS = {
-    "alfworld": {"workdir": "runs/learning", "recipe": "cpu_learn", "expert_tasks": 60, "iterations": 10,
-                 "eval_every": 5, "splits": ["valid_seen", "valid_unseen"]},
-    "webshop": {"workdir": "runs/learning_webshop", "recipe": "cpu_learn_webshop", "expert_tasks": 40,
-                "iterations": 3, "eval_every": 3, "splits": ["test"]},
-}
-
-
-def cpu_model() -> str:
-    """The CPU model name (``/proc/cpuinfo``), or the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from learning_options import ALGOS, parse_args  # noqa: E402  (a sibling script: this folder is on sys.path)
 
 
 class Experiment:
@@ -156,7 +133,7 @@ class Experiment:
                 "--out", str(out)))
 
     def num_types(self) -> int:
-        from serl.config import load_config
+        from serl.configure import load_config
 
         cfg = load_config(self.a.recipe, [x for x in self.a.override])
         return len(cfg.env.task_types) or 6
@@ -200,53 +177,12 @@ class Experiment:
                 elif phase == "rl":
                     self.rl(model)
                 else:
-                    from learning_report import write_report
+                    from learning_report import cpu_model, write_report
 
                     write_report(self.w, self.a, self.phases, cpu_model())
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", default="alfworld", choices=sorted(ENV_DEFAULTS),
-                   help="which leg; sets the defaults of --workdir --recipe --expert-tasks --iterations "
-                        "--eval-every --splits (ENV_DEFAULTS)")
-    p.add_argument("--workdir", help="default: runs/learning (alfworld), runs/learning_webshop (webshop)")
-    p.add_argument("--data-dir", help="env.data_dir (ALFWorld json_2.1.1/... or WebShop data); default: the "
-                                      "recipe's / the data shipped with serl")
-    p.add_argument("--recipe", help="default: cpu_learn (alfworld), cpu_learn_webshop (webshop)")
-    p.add_argument("--expert-tasks", type=int, help="expert train tasks; default 60 (alfworld), 40 (webshop)")
-    p.add_argument("--expert-seed", type=int, default=0)
-    p.add_argument("--expert-min-score", type=float, default=1.0,
-                   help="webshop: keep oracle episodes whose score is at least this (1.0 = won)")
-    p.add_argument("--lora-r", type=int, default=8, help="LoRA rank of the SFT (0 = full fine-tuning)")
-    p.add_argument("--algos", nargs="+", default=["grpo", "serl"], choices=sorted(ALGOS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--iterations", type=int, help="RL iterations per run; default 10 (alfworld), 3 (webshop)")
-    p.add_argument("--eval-every", type=int, help="panel evaluation every this many iterations; default 5 / 3")
-    p.add_argument("--panel-per-type", type=int, default=4, help="alfworld: panel tasks per task type and split")
-    p.add_argument("--panel-size", type=int, default=12, help="webshop: the panel is test goals 0..N-1")
-    p.add_argument("--splits", nargs="+", help="panel splits; default valid_seen valid_unseen (alfworld), test (webshop)")
-    p.add_argument("--eval-seed", type=int, default=1000)
-    p.add_argument("--report-md", help="where LEARNING.md goes (default: in --workdir)")
-    p.add_argument("--report-png", help="where the plot goes (default: learning.png in --workdir)")
-    p.add_argument("--override", nargs="*", default=[], help="key=value for every serl command")
-    p.add_argument("--sft-override", nargs="*", default=[], help="key=value for serl sft only")
-    p.add_argument("--train-override", nargs="*", default=[], help="key=value for serl train only")
-    a = p.parse_args(argv)
-    for k, v in ENV_DEFAULTS[a.env].items():
-        if getattr(a, k) is None:
-            setattr(a, k, v)
-    if a.panel_size < 1 or a.panel_per_type < 1:
-        p.error("--panel-size and --panel-per-type must be >= 1")
-    if not 0.0 <= a.expert_min_score <= 1.0:
-        p.error("--expert-min-score must be in [0, 1]")
-    if a.iterations < 1 or a.eval_every < 1 or a.iterations % a.eval_every:
-        p.error("--iterations must be a positive multiple of --eval-every")
-    return a
-
-
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     Experiment(parse_args(argv)).run()
     return 0
 

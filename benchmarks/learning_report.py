@@ -20,10 +20,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+
+def cpu_model() -> str:
+    """The CPU model name (``/proc/cpuinfo``), or the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def mean_std(values: list[float]) -> str:
@@ -230,7 +242,7 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from learning import cpu_model, parse_args
+    from learning_options import parse_args
 
     a = parse_args(sys.argv[1:])
     w = Path(a.workdir).resolve()

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from serl.envs.base import StepResult
-from serl.envs.pool import _CLOSE_GRACE_S, _POLL_SLICE_S, BaseEnvPool, _resolve_env_class
+from serl.envs.pool_base import _CLOSE_GRACE_S, _POLL_SLICE_S, BaseEnvPool
+from serl.envs.worker import resolve_env_class
 from serl.errors import EnvError, EnvWorkerError
 
 #: logical CPUs each env actor asks Ray for
@@ -77,7 +78,7 @@ class _EnvActor:
                 if p not in sys.path:
                     sys.path.append(p)
             env_ref, env_kwargs, env_indices = pickle.loads(spec)
-            cls = _resolve_env_class(env_ref)
+            cls = resolve_env_class(env_ref)
             self.envs = {i: cls(**env_kwargs) for i in env_indices}
         except Exception:
             return ("fatal", traceback.format_exc())

@@ -1,6 +1,6 @@
 """The built-in mode functions: how a ``sampling_mode`` turns one step row into a context.
 
-Each function takes the mode's :class:`~serl.hindsight.modes.ModeSpec` and the row's
+Each function takes the mode's :class:`~serl.hindsight.mode_spec.ModeSpec` and the row's
 :class:`ContextInputs` and returns a :class:`~serl.hindsight.rendering.PrivilegedContext` or None
 (no context). :mod:`serl.hindsight.modes` binds them to the 20 mode names. Original: SERL
 (arXiv 2605.19447), ``OliverLeeXZ/SERL@5a2a85b:recipe/serl/privileged_context.py``.
@@ -26,7 +26,7 @@ from serl.trajectory import Group, Step, Trajectory
 
 if TYPE_CHECKING:
     from serl.config import SerlConfig
-    from serl.hindsight.modes import ModeSpec
+    from serl.hindsight.mode_spec import ModeSpec
 
 
 @dataclass

