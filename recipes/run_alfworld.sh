@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SERL on ALFWorld with the launch interface of the original (recipe/serl/run_alfworld.sh of
 # OliverLeeXZ/SERL): the same environment variables and trailing dotted overrides, mapped onto
-# `serl train recipe=<recipe> key=value ...` (our keys: serl/config.py; docs/serl_modes.md).
+# `serl train recipe=<recipe> key=value ...` (our keys: serl/config/; docs/serl_modes.md).
 #
 #   MODEL_PATH=Qwen/Qwen2.5-7B-Instruct SAMPLING_MODE=anchor_successful_sample_immediate_feedback \
 #   GROUP_SIZE=8 OUTPUT_ROOT=outputs/alfworld bash recipes/run_alfworld.sh trainer.total_training_steps=150
@@ -80,7 +80,7 @@ for v in TRAIN_FILE VAL_FILE VAL_BATCH_SIZE TRUNCATION PARAM_OFFLOAD OPTIMIZER_O
          ROLLOUT_LOG_PROB_MICRO_BATCH_SIZE_PER_GPU TENSOR_MODEL_PARALLEL_SIZE ENFORCE_EAGER \
          NUM_CPUS_PER_ENV_WORKER CRITIC_WARMUP LOGGER PROJECT_NAME N_GPUS_PER_NODE NNODES TOTAL_EPOCHS; do
     if [ -n "${!v:-}" ]; then
-        echo "recipes/run_*.sh: ignoring ${v} (no equivalent in serl; see serl/config.py)" >&2
+        echo "recipes/run_*.sh: ignoring ${v} (no equivalent in serl; see serl/config/)" >&2
     fi
 done
 

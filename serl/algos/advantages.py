@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Callable, Hashable, Optional, Sequence
 
 import torch
 
+from serl.errors import ConfigError
+
 if TYPE_CHECKING:
     from serl.config import AlgorithmConfig, GiGPOConfig
 
@@ -38,6 +40,24 @@ def get_advantage_fn(name: str) -> Callable:
     if name not in ADVANTAGE_REGISTRY:
         raise KeyError(f"unknown advantage estimator {name!r}; valid: {sorted(ADVANTAGE_REGISTRY)}")
     return ADVANTAGE_REGISTRY[name]
+
+
+def check_config(alg: "AlgorithmConfig") -> None:
+    """Check the ``algorithm`` names this module owns: ``adv_estimator`` (in the registry),
+    ``gigpo.mode`` and ``gigpo.similarity_backend``. Called by :func:`serl.configure.check_config`.
+
+    Raises:
+        ConfigError: ``"algorithm.<key>: unknown ...; valid: [...]"`` for the first unknown name.
+    """
+    g = alg.gigpo
+    if alg.adv_estimator not in ADVANTAGE_REGISTRY:
+        raise ConfigError(f"algorithm.adv_estimator: unknown estimator {alg.adv_estimator!r}; "
+                          f"valid: {sorted(ADVANTAGE_REGISTRY)}")
+    if g.mode not in GIGPO_MODES:
+        raise ConfigError(f"algorithm.gigpo.mode: unknown mode {g.mode!r}; valid: {list(GIGPO_MODES)}")
+    if g.similarity_backend not in SIMILARITY_BACKENDS:
+        raise ConfigError(f"algorithm.gigpo.similarity_backend: unknown backend {g.similarity_backend!r}; "
+                          f"valid: {list(SIMILARITY_BACKENDS)}")
 
 
 @dataclass
@@ -303,12 +323,8 @@ GIGPO_MODES = ("mean_norm", "mean_std_norm")
 SIMILARITY_BACKENDS = ("rapidfuzz", "difflib")
 
 
-def discounted_step_returns(
-    step_rewards: torch.Tensor,
-    traj_index: torch.Tensor,
-    gamma: float,
-    step_index: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
+def discounted_step_returns(step_rewards: torch.Tensor, traj_index: torch.Tensor, gamma: float,
+                            step_index: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Per-step discounted return ``R_t = Σ_{k>=t} γ^{k−t} r_k`` inside each trajectory
     (GiGPO, arXiv 2505.10978 Eq. 5; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``; ``algorithm.gamma``).
 
@@ -369,14 +385,8 @@ def _similar_fn(backend: str, thresh: float) -> Callable[[str, str], bool]:
     raise ValueError(f"unknown similarity backend {backend!r}; valid: {list(SIMILARITY_BACKENDS)}")
 
 
-def anchor_groups(
-    observations: Sequence[Hashable],
-    group_index: Sequence[int],
-    similarity_thresh: Optional[float] = None,
-    *,
-    order: Optional[Sequence[int]] = None,
-    backend: str = "rapidfuzz",
-) -> list[int]:
+def anchor_groups(observations: Sequence[Hashable], group_index: Sequence[int], similarity_thresh: Optional[float] = None,
+                  *, order: Optional[Sequence[int]] = None, backend: str = "rapidfuzz") -> list[int]:
     """Anchor-state groups: cluster rows with the same observation inside each task group
     (GiGPO, arXiv 2505.10978 Eqs. 4, 6; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``; the same clustering as SERL's
     anchor modes, arXiv 2605.19447).

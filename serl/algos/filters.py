@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import torch
 
+from serl.errors import ConfigError
+
 if TYPE_CHECKING:
-    from serl.config import AlgorithmConfig
+    from serl.config import AlgorithmConfig, RolloutConfig
 
 RESPONSE_FILTERS = ("overlong", "incomplete", "repetitive", "unreadable")
 ROLLOUT_FILTER_TYPES = ("std", "std_rev")
@@ -34,6 +36,18 @@ ROLLOUT_FILTER_TYPES = ("std", "std_rev")
 UNREADABLE_MARKERS = ("\ufffd", "ï¿½", "ï¼\ufffd", "ï¼Ÿ", "ï¿½ï¿½", "Ġï¿½")
 
 _ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL)
+
+
+def check_config(rollout: "RolloutConfig") -> None:
+    """Check ``rollout.rollout_filter_type`` against :data:`ROLLOUT_FILTER_TYPES` (the Dr.BoT group
+    std filter this module implements). Called by :func:`serl.configure.check_config`.
+
+    Raises:
+        ConfigError: ``"rollout.rollout_filter_type: unknown type ...; valid: [...]"``.
+    """
+    t = rollout.rollout_filter_type
+    if t not in ROLLOUT_FILTER_TYPES:
+        raise ConfigError(f"rollout.rollout_filter_type: unknown type {t!r}; valid: {list(ROLLOUT_FILTER_TYPES)}")
 
 
 def largest_power_of_two_le(n: int) -> int:

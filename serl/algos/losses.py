@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
+from serl.errors import ConfigError
+
 if TYPE_CHECKING:
     from serl.config import ActorConfig
 
@@ -53,6 +55,23 @@ def get_policy_loss_fn(name: str) -> Callable:
     if name not in POLICY_LOSS_REGISTRY:
         raise KeyError(f"unknown policy loss {name!r}; valid: {sorted(POLICY_LOSS_REGISTRY)}")
     return POLICY_LOSS_REGISTRY[name]
+
+
+def check_config(actor: "ActorConfig") -> None:
+    """Check the ``actor`` names this module owns: ``policy_loss`` (in the registry),
+    ``loss_agg_mode`` (:data:`AGG_MODES`) and ``kl_loss_type`` (:data:`KL_TYPES`). Called by
+    :func:`serl.configure.check_config`.
+
+    Raises:
+        ConfigError: ``"actor.<key>: unknown ...; valid: [...]"`` for the first unknown name.
+    """
+    if actor.policy_loss not in POLICY_LOSS_REGISTRY:
+        raise ConfigError(f"actor.policy_loss: unknown policy loss {actor.policy_loss!r}; "
+                          f"valid: {sorted(POLICY_LOSS_REGISTRY)}")
+    if actor.loss_agg_mode not in AGG_MODES:
+        raise ConfigError(f"actor.loss_agg_mode: unknown mode {actor.loss_agg_mode!r}; valid: {list(AGG_MODES)}")
+    if actor.kl_loss_type not in KL_TYPES:
+        raise ConfigError(f"actor.kl_loss_type: unknown estimator {actor.kl_loss_type!r}; valid: {list(KL_TYPES)}")
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@ Paper: "What and When to Distill: Selective Hindsight Distillation for Multi-Tur
 (arXiv 2605.19447); code ``OliverLeeXZ/SERL@5a2a85b:verl/trainer/ppo/core_algos.py``
 (``compute_serl_action_mask_reweighted_advantages``) and the actor worker's update loop
 (``verl/workers/actor/dp_actor.py``). The privileged contexts the teacher sees are built in
-:mod:`serl.hindsight`; ``algorithm.serl`` is checked by :meth:`serl.config.SerlConfig.validate`.
+:mod:`serl.hindsight`; ``algorithm.serl`` is checked by :meth:`serl.config.SerlConfig.validate`
+and :func:`serl.hindsight.modes.check_config`.
 """
 
 from __future__ import annotations

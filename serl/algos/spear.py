@@ -23,18 +23,38 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
-if TYPE_CHECKING:
-    from serl.config import Config
-
 from serl.algos.filters import group_reward_stats, largest_power_of_two_le
+from serl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from serl.config import AlgorithmConfig, Config
 
 __all__ = [
-    "ReplayBuffer", "ReplayRow", "group_reward_stats", "percentile", "recalibrate_advantages",
+    "ReplayBuffer", "ReplayRow", "check_config", "group_reward_stats", "percentile", "recalibrate_advantages",
     "replay_coef", "toolcall_bonus",
 ]
 
+#: ``algorithm.use_toolcall_reward`` values (:func:`toolcall_bonus`)
 TOOLCALL_MODES = ("none", "constant", "cosine")
+#: ``algorithm.spear.trajectory_staleness_reference`` values (:class:`ReplayBuffer`)
 STALENESS_REFERENCES = ("newest_entry", "current_step")
+
+
+def check_config(alg: "AlgorithmConfig") -> None:
+    """Check the SPEAR names this module owns: ``algorithm.use_toolcall_reward``
+    (:data:`TOOLCALL_MODES`) and ``algorithm.spear.trajectory_staleness_reference``
+    (:data:`STALENESS_REFERENCES`). Called by :func:`serl.configure.check_config`.
+
+    Raises:
+        ConfigError: ``"algorithm.<key>: unknown ...; valid: [...]"`` for the first unknown name.
+    """
+    if alg.use_toolcall_reward not in TOOLCALL_MODES:
+        raise ConfigError(f"algorithm.use_toolcall_reward: unknown mode {alg.use_toolcall_reward!r}; "
+                          f"valid: {list(TOOLCALL_MODES)}")
+    ref = alg.spear.trajectory_staleness_reference
+    if ref not in STALENESS_REFERENCES:
+        raise ConfigError(f"algorithm.spear.trajectory_staleness_reference: unknown reference {ref!r}; "
+                          f"valid: {list(STALENESS_REFERENCES)}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ An environment is built from a :class:`Task` (which game / goal to play) so that
 Environments are found by name through a registry of *entry points* (``name -> "module:Class"``,
 as gymnasium's ``register(id, entry_point=...)``): :data:`ENV_ENTRY_POINTS`,
 :func:`register_env`, :func:`get_env_class`. The env modules are imported only when an env class
-is asked for, so this module stays a leaf (it imports nothing from the env modules) and a config
-can check ``env.name`` without importing ALFWorld or WebShop.
+is asked for, so this module stays a leaf (it imports nothing from the env modules) and
+:func:`check_config` can check ``env.name`` without importing ALFWorld or WebShop. An env may
+also register a check of its own config options (``"module:function"``, :data:`ENV_CONFIG_CHECKS`),
+imported only when that env is the one configured.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from serl.errors import ConfigError, EnvError  # noqa: F401  (EnvError re-export
 
 if TYPE_CHECKING:
     from serl.config import EnvConfig
-    from serl.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,11 @@ class BaseTextEnv:
         return cls.list_tasks(split, env_cfg.data_dir)  # type: ignore[attr-defined]
 
     @classmethod
-    def episode_metrics(cls, trajectories: Sequence["Trajectory"]) -> dict[str, float]:
-        """Env-specific evaluation metrics of finished episodes (none by default)."""
+    def episode_metrics(cls, trajectories: Sequence[Any]) -> dict[str, float]:
+        """Env-specific evaluation metrics of finished episodes (none by default).
+        ``trajectories`` are :class:`serl.trajectory.Trajectory` records; typed ``Any`` here because
+        :mod:`serl.trajectory` imports this module (for :class:`Task`), and naming it back, even for
+        type checking only, would make an import circle."""
         return {}
 
 
@@ -166,6 +170,12 @@ class BaseTextEnv:
 ENV_ENTRY_POINTS: dict[str, str] = {
     "alfworld": "serl.envs.alfworld:AlfWorldEnv",
     "webshop": "serl.envs.webshop.env:WebShopEnv",
+}
+#: each env's check of its own options, as ``name -> "module:function"``; the function takes the
+#: ``env`` config section and raises :class:`ConfigError` naming the key (``env.webshop.<key>``).
+#: Kept light: a config check must not import the env itself. An env without one has none
+ENV_CONFIG_CHECKS: dict[str, str] = {
+    "webshop": "serl.envs.webshop.options:check_config",
 }
 
 
@@ -193,23 +203,34 @@ def load_entry_point(entry_point: str) -> Any:
     return obj
 
 
-def register_env(name: str, entry_point: "str | type | None" = None) -> Callable[[type], type]:
+def register_env(name: str, entry_point: "str | type | None" = None,
+                 config_check: "str | None" = None) -> Callable[[type], type]:
     """Register an environment under ``name`` (as gymnasium's ``register(id, entry_point=...)``).
 
     ``register_env("mygame", "my_pkg.envs:MyGameEnv")`` registers by entry point: the module is
     imported only when the env is used, and env worker processes import it themselves, so it
     must be importable there (on ``sys.path``). Passing a class registers that class's own
     module and name. Without ``entry_point``, returns a class decorator doing the same. The
-    class should subclass :class:`BaseTextEnv`. Registering an existing name replaces it.
+    class should subclass :class:`BaseTextEnv`. Registering an existing name replaces it
+    (its config check too).
+
+    ``config_check`` (optional): ``"module:function"`` of a check of the env's own config
+    options, ``function(env_cfg)`` raising :class:`ConfigError` that names the key; run by
+    :func:`check_config` when a config names this env, imported only then (keep its module
+    light: no env engine, no search index).
 
     Raises:
-        ConfigError: an empty name or an entry point not of the form ``module:Class``.
+        ConfigError: an empty name, or an entry point or config check not of the form
+            ``module:Name``.
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"env name must be a non-empty string, got {name!r}")
+    if config_check is not None:
+        _check_entry_point(config_check)
 
     def deco(cls: type) -> type:
         ENV_ENTRY_POINTS[name] = f"{cls.__module__}:{cls.__qualname__}"
+        _set_config_check(name, config_check)
         _LOADED.pop(name, None)
         return cls
 
@@ -220,8 +241,16 @@ def register_env(name: str, entry_point: "str | type | None" = None) -> Callable
     else:
         _check_entry_point(entry_point)
         ENV_ENTRY_POINTS[name] = entry_point
+        _set_config_check(name, config_check)
         _LOADED.pop(name, None)
     return deco
+
+
+def _set_config_check(name: str, config_check: "str | None") -> None:
+    if config_check is None:
+        ENV_CONFIG_CHECKS.pop(name, None)
+    else:
+        ENV_CONFIG_CHECKS[name] = config_check
 
 
 _LOADED: dict[str, type] = {}
@@ -242,6 +271,24 @@ def env_entry_point(name: str) -> str:
         return ENV_ENTRY_POINTS[name]
     except (KeyError, TypeError):
         raise ConfigError(f"env.name: unknown env {name!r}; valid: {env_names()}") from None
+
+
+def check_config(env_cfg: "EnvConfig") -> None:
+    """Check the ``env`` names this registry owns: ``env.name`` must be a registered env (checked
+    against :data:`ENV_ENTRY_POINTS`, without importing the env modules); then the env's own
+    options are checked by its registered config check (:data:`ENV_CONFIG_CHECKS`, imported
+    now, e.g. ``env.webshop.*`` for WebShop). Called by :func:`serl.configure.check_config`.
+
+    Raises:
+        ConfigError: ``"env.name: unknown env ...; valid: [...]"``, or the env's own check's
+            error naming ``env.<key>``.
+        EnvError: the registered config check cannot be imported.
+    """
+    if env_cfg.name not in ENV_ENTRY_POINTS:
+        raise ConfigError(f"env.name: unknown env {env_cfg.name!r}; valid: {env_names()}")
+    entry = ENV_CONFIG_CHECKS.get(env_cfg.name)
+    if entry:
+        load_entry_point(entry)(env_cfg)
 
 
 def get_env_class(name: str) -> type:

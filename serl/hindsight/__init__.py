@@ -8,7 +8,9 @@ concern per module; imports flow one way (``rendering <- success <- anchors <- m
 * :mod:`~serl.hindsight.rendering` (a leaf): headers, step rendering, the teacher message.
 * :mod:`~serl.hindsight.success`: successful-sample references and the success buffer.
 * :mod:`~serl.hindsight.anchors`: anchor clusters, the per-group view, anchor tables.
-* :mod:`~serl.hindsight.modes`: :class:`ModeSpec` and the ``sampling_mode`` registry.
+* :mod:`~serl.hindsight.mode_spec` (a leaf): :class:`ModeSpec`, what a mode shows.
+* :mod:`~serl.hindsight.contexts`: the mode functions, a row's context from its :class:`ModeSpec`.
+* :mod:`~serl.hindsight.modes`: the ``sampling_mode`` registry (re-exports :class:`ModeSpec`).
 * :mod:`~serl.hindsight.judge`: the OpenAI-compatible LLM judge client.
 * :mod:`~serl.hindsight.builder`: :class:`SerlContextBuilder`, the trainer's entry point.
 

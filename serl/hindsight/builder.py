@@ -48,7 +48,8 @@ class SerlContextBuilder:
 
     Args:
         cfg: the ``algorithm.serl`` config section, already checked by
-            :meth:`serl.config.SerlConfig.validate` (:func:`serl.config.load_config` does that).
+            :meth:`serl.config.SerlConfig.validate` and :func:`serl.hindsight.modes.check_config`
+            (:func:`serl.configure.load_config` does both).
         judge_client: a :class:`~serl.hindsight.judge.JudgeClient` to use instead of one built
             from ``cfg`` (tests, sharing).
 

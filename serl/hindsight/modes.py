@@ -4,7 +4,8 @@ For every step row a mode returns a :class:`~serl.hindsight.rendering.Privileged
 ``None`` (no context: the row is trained as plain GRPO, ``serl_mask = 0``). The original's 20
 names are registered (SERL, arXiv 2605.19447,
 ``OliverLeeXZ/SERL@5a2a85b:recipe/serl/privileged_context.py``; table in ``docs/serl_modes.md``;
-the functions are in :mod:`serl.hindsight.contexts`):
+the functions are in :mod:`serl.hindsight.contexts`; :class:`ModeSpec` is in
+:mod:`serl.hindsight.mode_spec` and re-exported here):
 
 * 9 **step-level** modes built from four parts of the row's own rollout: F = immediate feedback
   (:attr:`Step.feedback`), N = next observation (:attr:`Step.next_prompt`), U = the rest of this
@@ -16,72 +17,29 @@ the functions are in :mod:`serl.hindsight.contexts`):
 * 2 **judge** modes: an LLM judge (:mod:`serl.hindsight.judge`) critiques each trajectory
   once; every row of that trajectory gets the critique.
 
-:func:`register_mode` adds a mode; ``algorithm.serl.sampling_mode`` is checked against
-:data:`SAMPLING_MODES` by :meth:`serl.config.SerlConfig.validate`.
+:func:`register_mode` adds a mode; :func:`check_config` checks ``algorithm.serl.sampling_mode``
+against :data:`SAMPLING_MODES` (and the keys that depend on the mode) when a config is loaded
+(:func:`serl.configure.check_config`).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Optional
+import math
+from typing import TYPE_CHECKING, Callable, Optional
 
+from serl.errors import ConfigError
 from serl.hindsight.contexts import ContextInputs, anchor_context, judge_context, step_context
-from serl.hindsight.rendering import PrivilegedContext
+from serl.hindsight.mode_spec import ModeSpec
+from serl.hindsight.rendering import TRAJECTORY_FORMATS, PrivilegedContext
+from serl.hindsight.success import SUCCESS_SOURCES
+
+if TYPE_CHECKING:
+    from serl.config import SerlConfig
 
 __all__ = ["MODE_ALIASES", "MODE_NAMES", "MODE_SPECS", "SAMPLING_MODES", "ContextInputs", "ModeFn", "ModeSpec",
-           "canonical_mode", "register_mode", "resolve_mode"]
-
-
-@dataclass(frozen=True)
-class ModeSpec:
-    """What a ``sampling_mode`` shows (see the tables in ``docs/serl_modes.md``).
-
-    Attributes:
-        name: the canonical mode name.
-        granularity: ``"step"``, ``"anchor"`` or ``"trajectory"`` (judge).
-        success, feedback, next_observation, future: parts used (S, F, N, U).
-        feedback_only_without_success: the ``*_or_immediate_feedback`` modes: F only if no S.
-        judge: None, ``"current"`` or ``"on_successful_sample"``.
-    """
-
-    name: str
-    granularity: str
-    success: bool = False
-    feedback: bool = False
-    next_observation: bool = False
-    future: bool = False
-    feedback_only_without_success: bool = False
-    judge: Optional[str] = None
-
-    @property
-    def sources(self) -> set[str]:
-        """Sources this mode can produce (which reference-fraction metrics it logs)."""
-        flags = {
-            "success": self.success,
-            "feedback": self.feedback or self.feedback_only_without_success,
-            "next_observation": self.next_observation,
-            "future": self.future,
-            "anchor": self.granularity == "anchor",
-            "judge": bool(self.judge),
-        }
-        return {name for name, on in flags.items() if on}
-
-    @property
-    def fallback(self) -> str:
-        """One-line description of what happens when a part is missing (for the docs table)."""
-        if self.judge:
-            return "no context if the judge fails or answers nothing"
-        if self.granularity == "anchor":
-            if self.name == "anchor_immediate_feedback":
-                return "no context if no action in the anchor group has feedback"
-            if self.feedback_only_without_success:
-                return "always a table; feedback lines only if no S; S appended if found"
-            return "always a table (the row is in its own group); S appended if found" if self.success else "always a table"
-        if self.feedback_only_without_success:
-            return "S if found, else F"
-        return "no context unless every part exists (conjunctive)"
+           "canonical_mode", "check_config", "register_mode", "resolve_mode"]
 
 
 ModeFn = Callable[[ContextInputs], Optional[PrivilegedContext]]
@@ -176,3 +134,42 @@ _register_builtin_modes()
 
 #: the 20 canonical mode names, in documentation order
 MODE_NAMES: tuple[str, ...] = tuple(SAMPLING_MODES)
+
+
+def check_config(serl_cfg: "SerlConfig") -> None:
+    """Check the ``algorithm.serl`` keys that depend on the hindsight registries:
+    ``sampling_mode`` (a name or alias of :data:`SAMPLING_MODES`), ``trajectory_format``
+    (:data:`~serl.hindsight.rendering.TRAJECTORY_FORMATS`), ``success_source``
+    (:data:`~serl.hindsight.success.SUCCESS_SOURCES`) and, for a judge mode
+    (:attr:`ModeSpec.judge`), the ``judge_*`` settings. The mode-independent ranges are checked by
+    :meth:`serl.config.SerlConfig.validate`. Called by :func:`serl.configure.check_config`, before
+    any model loads.
+
+    Raises:
+        ConfigError: the first bad value; the message names the full key (``algorithm.serl.<key>``).
+    """
+
+    def check(cond: bool, key: str, msg: str) -> None:
+        if not cond:
+            raise ConfigError(f"algorithm.serl.{key}: {msg}")
+
+    c = serl_cfg
+    try:
+        mode = resolve_mode(c.sampling_mode)
+    except ValueError as e:
+        raise ConfigError(f"algorithm.serl.sampling_mode: {e}") from None
+    check(c.trajectory_format in TRAJECTORY_FORMATS, "trajectory_format",
+          f"unknown format {c.trajectory_format!r}; valid: {sorted(TRAJECTORY_FORMATS)}")
+    check(c.success_source in SUCCESS_SOURCES, "success_source",
+          f"must be one of {list(SUCCESS_SOURCES)}, got {c.success_source!r}")
+    if MODE_SPECS[mode].judge:
+        check(c.judge_api_url.startswith(("http://", "https://")), "judge_api_url",
+              f"must be an http(s) URL such as http://localhost:8000/v1, got {c.judge_api_url!r}")
+        check(c.judge_timeout > 0, "judge_timeout", "must be > 0 seconds")
+        check(c.judge_batch_timeout > 0, "judge_batch_timeout", "must be > 0 seconds")
+        check(c.judge_request_retries >= 0, "judge_request_retries", "must be >= 0")
+        check(c.judge_max_concurrency >= 1, "judge_max_concurrency", "must be >= 1")
+        check(c.judge_max_tokens >= 1, "judge_max_tokens", "must be >= 1")
+        check(c.judge_retry_max_tokens >= 1, "judge_retry_max_tokens", "must be >= 1")
+        check(math.isfinite(c.judge_temperature) and c.judge_temperature >= 0, "judge_temperature",
+              f"must be finite and >= 0, got {c.judge_temperature}")

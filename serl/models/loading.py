@@ -411,7 +411,7 @@ def run_model_once(run_dir: Path) -> Path:
     """
     import torch
 
-    from serl.config import config_from_yaml
+    from serl.configure import config_from_yaml
 
     run_dir = Path(run_dir)
     ck = latest_run_checkpoint(run_dir)

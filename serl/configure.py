@@ -1,0 +1,118 @@
+"""Load a config and check it against the registries.
+
+:mod:`serl.config` holds the config dataclasses and their structural checks (ranges, types,
+cross-section rules) and imports nothing from serl; the names that select an implementation are
+owned by the registries that implement them, each with a ``check_config``:
+
+* :func:`serl.envs.base.check_config`: ``env.name``, then the env's own options (``env.webshop.*``);
+* :func:`serl.rollout.engine.check_config`: ``rollout.engine`` (and vLLM installed);
+* :func:`serl.algos.filters.check_config`: ``rollout.rollout_filter_type``;
+* :func:`serl.algos.losses.check_config`: ``actor.policy_loss``, ``loss_agg_mode``, ``kl_loss_type``;
+* :func:`serl.algos.advantages.check_config`: ``algorithm.adv_estimator``, ``algorithm.gigpo.mode``,
+  ``algorithm.gigpo.similarity_backend``;
+* :func:`serl.algos.spear.check_config`: ``algorithm.use_toolcall_reward``,
+  ``algorithm.spear.trajectory_staleness_reference``;
+* :func:`serl.hindsight.modes.check_config`: ``algorithm.serl.sampling_mode``,
+  ``trajectory_format``, ``success_source`` and a judge mode's ``judge_*`` keys.
+
+This module asks them all: :func:`load_config` and :func:`config_from_yaml` return a config that
+passed both kinds of checks, before any model loads. It imports the registries; no registry
+imports it. Adding an estimator, a loss, a mode or an env registers it with its registry and
+edits neither this module nor :mod:`serl.config`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from serl.algos import advantages, filters, losses, spear
+from serl.config import DEFAULT_RECIPE, Config, parse_config, parse_config_yaml
+from serl.envs import base as env_base
+from serl.errors import ConfigError
+from serl.hindsight import modes
+from serl.rollout import engine
+
+__all__ = ["check_config", "config_from_yaml", "load_config", "load_run_config"]
+
+
+def _check_registries(cfg: Config) -> None:
+    """The registries' checks, in :meth:`Config.validate`'s section order (model, env, data,
+    rollout, actor, algorithm: estimator, gigpo, spear, serl; trainer, sft), so the first error
+    reported is the first in that order among the registry-owned names."""
+    env_base.check_config(cfg.env)
+    engine.check_config(cfg.rollout)
+    filters.check_config(cfg.rollout)
+    losses.check_config(cfg.actor)
+    advantages.check_config(cfg.algorithm)
+    spear.check_config(cfg.algorithm)
+    modes.check_config(cfg.algorithm.serl)
+
+
+def check_config(cfg: Config) -> None:
+    """Check ``cfg`` completely: its structural :meth:`Config.validate` (every section, then the
+    cross-section checks), then every registry's check of the names it owns (see the module
+    docstring), in a fixed order.
+
+    Raises:
+        ConfigError: the first invalid value, naming its full dotted key (``actor.policy_loss``,
+            ``env.webshop.observation_mode`` ...).
+    """
+    cfg.validate()
+    _check_registries(cfg)
+
+
+def load_config(recipe: str | None = DEFAULT_RECIPE, overrides: list[str] | None = None) -> Config:
+    """Build a checked :class:`~serl.config.Config` from a recipe and dotted overrides
+    (:func:`serl.config.parse_config`, then the registries' checks).
+
+    Args:
+        recipe: recipe name or YAML path, or several joined by commas (``spear,webshop``: later
+            recipes override earlier ones, shared bases are applied once); None = defaults only.
+        overrides: ``["actor.lr=1e-5", "env.rollout.n=4"]``.
+
+    Raises:
+        ConfigError: unknown recipe or key, wrong type, a YAML syntax error, an invalid value or
+            an unknown registry name; the message names the key.
+    """
+    cfg = parse_config(recipe, overrides)  # runs cfg.validate()
+    _check_registries(cfg)
+    return cfg
+
+
+def config_from_yaml(text: str, source: str = "config") -> Config:
+    """Inverse of :func:`serl.config.to_yaml` (used by ``--resume``), checked like
+    :func:`load_config`.
+
+    Raises:
+        ConfigError: a YAML syntax error, an unknown key, a bad value (naming ``source``, e.g.
+            the run's ``config.yaml``, and the key) or an unknown registry name (naming the key).
+    """
+    cfg = parse_config_yaml(text, source)  # runs cfg.validate()
+    _check_registries(cfg)
+    return cfg
+
+
+def load_run_config(run_dir: Path, overrides: list[str] | None = None) -> Config:
+    """The config saved in ``<run_dir>/config.yaml`` with optional dotted overrides, checked.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``config.yaml``.
+        ConfigError: the file or an override is bad (YAML syntax, unknown key, bad value), naming
+            the file.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    p = Path(run_dir) / "config.yaml"
+    if not p.exists():
+        raise FileNotFoundError(f"{p} not found: is {run_dir} a serl run folder?")
+    text = p.read_text()
+    if overrides:
+        try:
+            merged = OmegaConf.merge(OmegaConf.create(text), OmegaConf.from_dotlist(list(overrides)))
+        except (yaml.YAMLError, OmegaConfBaseException) as e:
+            raise ConfigError(f"{p} with overrides {list(overrides)}: {str(e).splitlines()[0]}") from None
+        text = OmegaConf.to_yaml(merged)
+    return config_from_yaml(text, source=str(p))
