@@ -26,9 +26,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from serl.config import load_config  # noqa: E402
+from serl.configure import load_config  # noqa: E402
 from serl.train.batch import UpdateBatch  # noqa: E402
-from serl.train.trainer import Trainer, make_pool  # noqa: E402
+from serl.train.collect import train_sampling  # noqa: E402
+from serl.train.env_pool import make_pool  # noqa: E402
+from serl.train.rows import step_table  # noqa: E402
+from serl.train.trainer import Trainer  # noqa: E402
 from serl.trajectory import iter_steps  # noqa: E402
 
 
@@ -61,13 +64,13 @@ def main(argv: list[str]) -> dict:
                                             "trainer.overwrite=true"])
     tr = Trainer(cfg)
     try:
-        pool = make_pool(cfg, tr.num_envs)
+        pool = make_pool(cfg, tr.rollout.num_envs)
         timed = _TimedEngine(tr.engine)
-        collector = tr._collector(pool)
+        collector = tr.rollout.collector(pool, tr.engine, tr.tokenizer)
         collector.engine = timed
-        tasks = tr.sampler.draw(cfg.data.train_batch_size)
+        tasks = tr.state.sampler.draw(cfg.data.train_batch_size)
         t0 = time.perf_counter()
-        groups = collector.collect(tasks, cfg.env.rollout.n, tr._sampling(False))
+        groups = collector.collect(tasks, cfg.env.rollout.n, train_sampling(cfg))
         t_rollout = time.perf_counter() - t0
         pool.close()
         rows = [s for _, _, s in iter_steps(groups)]
@@ -75,20 +78,19 @@ def main(argv: list[str]) -> dict:
         state = copy.deepcopy(tr.policy.state_dict())
         opt_state = copy.deepcopy(tr.optimizer.state_dict())
 
-        table = tr._step_table(groups, 1)
+        table = step_table(groups, 1, cfg)
 
         def grpo_update():
             adv = tr.adv_fn(table.advantage_input(), cfg.algorithm)
-            tr._update(UpdateBatch.from_steps(table.rows, adv, table.row_mask))
+            tr.update.run(UpdateBatch.from_steps(table.rows, adv, table.row_mask))
 
         def serl_update():
             adv = tr.adv_fn(table.advantage_input(), cfg.algorithm)
             batch = UpdateBatch.from_steps(table.rows, adv, table.row_mask)
-            batch.serl_lambda = cfg.algorithm.serl.mixing_lambda
             t = time.perf_counter()
-            batch.teacher_log_probs, batch.has_context = tr._teacher_logprobs(groups, table, batch, {})
+            tr.serl.run(batch, groups, table, adv, update_step=0, step=1, metrics={})  # λ_eff(0) = mixing_lambda
             serl_update.teacher_s = time.perf_counter() - t
-            tr._update(batch)
+            tr.update.run(batch)
 
         t = time.perf_counter()
         grpo_update()
@@ -101,7 +103,7 @@ def main(argv: list[str]) -> dict:
         res = {
             "model": cfg.model.path,
             "threads": torch.get_num_threads(),
-            "episodes": tr.num_envs,
+            "episodes": tr.rollout.num_envs,
             "step_rows": len(rows),
             "update_tokens": n_update_tokens,
             "generation_tokens": timed.tokens,
@@ -119,7 +121,7 @@ def main(argv: list[str]) -> dict:
     print(json.dumps(res))
     print(f"generation {res['generation_tokens_per_s']:.1f} tok/s | update {res['update_tokens_per_s']:.1f} tok/s | "
           f"SERL/GRPO iteration {res['serl_over_grpo_iteration']:.3f} (update only {res['serl_over_grpo_update']:.3f}; "
-          f"teacher {res['serl_teacher_s']:.1f} s) | {len(rows)} rows, {tr.num_envs} episodes")
+          f"teacher {res['serl_teacher_s']:.1f} s) | {len(rows)} rows, {tr.rollout.num_envs} episodes")
     return res
 
 

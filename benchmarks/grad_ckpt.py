@@ -32,7 +32,7 @@ MODES = ("on", "off", "auto")
 def child(args) -> dict:
     import torch
 
-    from serl.config import load_config
+    from serl.configure import load_config
     from serl.models.memory import model_activation_bytes
     from serl.train.batch import UpdateBatch
     from serl.train.trainer import Trainer
@@ -50,16 +50,16 @@ def child(args) -> dict:
         rows = load_rows(args.rollout, n + 1, seed=0)
         warm, rows = rows[:1], rows[1:]
         warm[0].prompt_ids = warm[0].prompt_ids[:64]
-        tr._update(UpdateBatch.from_steps(warm, torch.ones(1), torch.ones(1)), step=1)  # oneDNN warm-up
+        tr.update.run(UpdateBatch.from_steps(warm, torch.ones(1), torch.ones(1)), step=1)  # oneDNN warm-up
         batch = UpdateBatch.from_steps(rows, torch.randn(n, generator=torch.Generator().manual_seed(0)), torch.ones(n))
         b = batch.collate(tr.tokenizer.pad_token_id)
         est = model_activation_bytes(tr.policy.config, *b.input_ids.shape, int(b.response_mask.sum()),
-                                     2 if tr.autocast_dtype else 4)
+                                     2 if tr.models.autocast_dtype else 4)
         w, c = time.perf_counter(), time.process_time()
-        m = tr._update(batch, step=1)
+        m = tr.update.run(batch, step=1)
         wall, cpu = time.perf_counter() - w, time.process_time() - c
         tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in rows)
-        return {"mode": args.child, "cpu": cpu_model(), "train_dtype": str(tr.autocast_dtype or torch.float32),
+        return {"mode": args.child, "cpu": cpu_model(), "train_dtype": str(tr.models.autocast_dtype or torch.float32),
                 "threads": torch.get_num_threads(), "rows": n, "padded_shape": list(b.input_ids.shape),
                 "tokens": tokens, "update_cpu_s": cpu, "update_wall_s": wall, "tokens_per_cpu_s": tokens / cpu,
                 "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,

@@ -58,7 +58,7 @@ def _models(tr) -> list:
 
 def measure(recipe: str, overrides: list[str], iterations: int) -> dict:
     """One mode in this process: build the trainer, run ``iterations`` iterations, measure."""
-    from serl.config import load_config
+    from serl.configure import load_config
     from serl.train.trainer import Trainer
 
     out_dir = tempfile.mkdtemp(prefix="serl-lora-bench-")

@@ -3,8 +3,8 @@ side by side in one process on the same rows.
 
 The rows are the last iteration of a real ``serl train`` run (its ``last_rollout.jsonl``, grouped
 by ``uid`` into GRPO groups), put through the trainer's own row filters and advantage estimator,
-then through :meth:`serl.train.trainer.Trainer._update_batch` (contexts, teacher prompts,
-teacher scoring) with the switch off (the original: every row with a context is scored) and on
+then through SERL's teacher pass :meth:`serl.train.serl_pass.SerlTeacherPass.run` (contexts,
+teacher prompts, teacher scoring) with the switch off (the original: every row with a context is scored) and on
 (rows whose advantage is exactly 0 are not), alternating, ``--repeats`` times each. Both give
 the same update (tests/test_train_e2e.py); this measures what the teacher pass costs.
 
@@ -37,7 +37,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from serl.config import load_config  # noqa: E402
+from serl.configure import load_config  # noqa: E402
+from serl.train.batch import UpdateBatch  # noqa: E402
+from serl.train.rows import compute_advantages, filter_rows, step_table  # noqa: E402
 from serl.train.trainer import Trainer  # noqa: E402
 from serl.trajectory import Group, read_jsonl  # noqa: E402
 from throughput import Clock, cpu_model  # noqa: E402
@@ -65,22 +67,26 @@ def main(argv: list[str]) -> dict:
     try:
         groups = load_groups(args.rollout)
         metrics: dict[str, float] = {}
-        table = tr._filtered_rows(groups, 1, metrics)
-        adv = tr._advantages(table, metrics)
+        table = filter_rows(step_table(groups, 1, cfg), cfg, tr.state.generator, metrics)
+        adv = compute_advantages(table, cfg, tr.adv_fn, metrics)
+
+        def teacher_pass(m: dict[str, float]) -> None:
+            tr.serl.run(UpdateBatch.from_steps(table.rows, adv, table.row_mask), groups, table, adv, 0, 1, m)
+
         res = {"cpu": cpu_model(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-               "emulated_avx2": EMULATED, "threads": torch.get_num_threads(), "teacher_dtype": str(tr.infer_dtype),
+               "emulated_avx2": EMULATED, "threads": torch.get_num_threads(), "teacher_dtype": str(tr.models.infer_dtype),
                "rows": len(table), "nonzero_advantage_rows": int((adv != 0).sum()), "rollout": args.rollout}
         print(f"CPU {res['cpu']} ({res['torch_cpu_capability']}{', AVX2 emulated' if EMULATED else ''}), "
-              f"{res['threads']} threads, teacher {tr.infer_dtype}; {res['rows']} rows, "
+              f"{res['threads']} threads, teacher {tr.models.infer_dtype}; {res['rows']} rows, "
               f"{res['nonzero_advantage_rows']} with advantage != 0", file=sys.stderr)
-        tr._update_batch(groups, table, adv, {}, {})  # warm-up (oneDNN kernels, allocator)
+        teacher_pass({})  # warm-up (oneDNN kernels, allocator)
         times: dict[str, list[Clock]] = {"all_rows": [], "skip_zero_advantage": []}
         for _ in range(args.repeats):
             for label, skip in (("all_rows", False), ("skip_zero_advantage", True)):
                 tr.cfg.algorithm.serl.skip_zero_advantage_rows = skip
                 m: dict[str, float] = {}
                 with Clock() as c:
-                    tr._update_batch(groups, table, adv, m, {})
+                    teacher_pass(m)
                 times[label].append(c)
                 res[f"{label}_scored_rows"] = round(m["serl/teacher_scored_fraction"] * len(table))
                 print(f"{label}: {res[f'{label}_scored_rows']} rows scored, {c.wall:.1f} s wall, "

@@ -66,8 +66,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-import serl.train.trainer as trainer_mod  # noqa: E402
-from serl.config import load_config  # noqa: E402
+import serl.train.scoring as scoring_mod  # noqa: E402
+import serl.train.update as update_mod  # noqa: E402
+from serl.configure import load_config  # noqa: E402
 from serl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
 from serl.train.batch import UpdateBatch, response_logprobs  # noqa: E402
 from serl.train.grad_ckpt import set_checkpointing  # noqa: E402
@@ -152,13 +153,13 @@ def code_path(tr: Trainer, label: str):
     """Switch ``tr`` to the code path ``label`` (``former``, ``padded`` or ``current``; see the
     module docstring) for the block; restores the defaults after it."""
     a, m, r = tr.cfg.actor, tr.cfg.model, tr.cfg.rollout
-    saved = (trainer_mod.response_logprobs, trainer_mod.score_logprobs, a.log_prob_micro_batch_size_per_gpu,
+    saved = (update_mod.response_logprobs, scoring_mod.score_logprobs, a.log_prob_micro_batch_size_per_gpu,
              tr.optimizer, m.use_remove_padding, r.unpadded_prefill, tr.grad_ckpt.mode)
     if label in ("former", "padded"):
         m.use_remove_padding, r.unpadded_prefill = False, False
     if label == "former":
-        trainer_mod.response_logprobs = functools.partial(response_logprobs, response_only=False)
-        trainer_mod.score_logprobs = functools.partial(saved[1], bucket=False)
+        update_mod.response_logprobs = functools.partial(response_logprobs, response_only=False)
+        scoring_mod.score_logprobs = functools.partial(saved[1], bucket=False)
         a.log_prob_micro_batch_size_per_gpu = a.ppo_micro_batch_size
         tr.optimizer = torch.optim.AdamW(tr.policy.parameters(), lr=a.lr, weight_decay=a.weight_decay, foreach=False)
         tr.grad_ckpt.mode = True
@@ -166,7 +167,7 @@ def code_path(tr: Trainer, label: str):
     try:
         yield
     finally:
-        (trainer_mod.response_logprobs, trainer_mod.score_logprobs, a.log_prob_micro_batch_size_per_gpu,
+        (update_mod.response_logprobs, scoring_mod.score_logprobs, a.log_prob_micro_batch_size_per_gpu,
          tr.optimizer, m.use_remove_padding, r.unpadded_prefill, tr.grad_ckpt.mode) = saved
 
 
@@ -179,14 +180,14 @@ def time_update(tr: Trainer, rows: list[Step], state) -> Clock:
     adv = torch.randn(len(rows), generator=g)
     batch = UpdateBatch.from_steps(rows, adv, torch.ones(len(rows)))
     with Clock() as c:
-        tr._update(batch, step=1)
+        tr.update.run(batch, step=1)
     return c
 
 
 def time_scoring(tr: Trainer, rows: list[Step]) -> Clock:
     batch = UpdateBatch.from_steps(rows, torch.zeros(len(rows)), torch.ones(len(rows)))
     with Clock() as c:
-        tr._score(tr.teacher.model, batch)
+        tr.scorer.score(tr.teacher.model, batch)
     return c
 
 
@@ -249,17 +250,17 @@ def run(tr: Trainer, args) -> dict:
     ordered = load_rows(args.rollout, max(args.rows, args.score_rows, args.gen_rows), seed=0, shuffle=False)
     upd, score_rows = ordered[: args.rows], ordered[: args.score_rows]
     calls = generation_calls(ordered[: args.gen_rows], args.gen_batch)
-    train_dtype = tr.autocast_dtype or torch.float32
+    train_dtype = tr.models.autocast_dtype or torch.float32
     res = {"cpu": cpu_model(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
            "emulated_avx2": EMULATED, "threads": torch.get_num_threads(), "train_dtype": str(train_dtype),
-           "infer_dtype": str(tr.infer_dtype), "gradient_checkpointing": tr.cfg.model.gradient_checkpointing,
+           "infer_dtype": str(tr.models.infer_dtype), "gradient_checkpointing": tr.cfg.model.gradient_checkpointing,
            "rows_source": args.rollout or "synthetic", "update_rows": len(upd),
            "update_tokens": sum(len(s.prompt_ids) + len(s.response_ids) for s in upd),
            "score_rows": len(score_rows), "generate_calls": len(calls)}
     res["gemm_peak_flops"] = gemm_peak(train_dtype)
     print(f"CPU {res['cpu']} ({res['torch_cpu_capability']}{', AVX2 emulated' if EMULATED else ''}), "
           f"{res['threads']} threads; train dtype {train_dtype} (fp32 master + autocast), inference dtype "
-          f"{tr.infer_dtype}; GEMM peak {res['gemm_peak_flops'] / 1e9:.1f} GFLOP/s in {train_dtype}",
+          f"{tr.models.infer_dtype}; GEMM peak {res['gemm_peak_flops'] / 1e9:.1f} GFLOP/s in {train_dtype}",
           file=sys.stderr)
     flops = update_flops(tr.policy, upd)
     state = copy.deepcopy(tr.policy.state_dict())

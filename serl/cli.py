@@ -43,8 +43,9 @@ def _data_dir_override(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from serl.config import DEFAULT_RECIPE, load_config
-    from serl.train.trainer import Trainer, load_run_config
+    from serl.config import DEFAULT_RECIPE
+    from serl.configure import load_config, load_run_config
+    from serl.train.trainer import Trainer
 
     from serl.train.distributed import launched_world_size
 
@@ -100,12 +101,13 @@ def _relaunch(cfg, argv: list[str]) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from serl.config import DEFAULT_RECIPE, load_config
+    from serl.config import DEFAULT_RECIPE
+    from serl.configure import load_config, load_run_config
     from serl.models.loading import (checkpoint_policy, load_causal_lm, load_tokenizer, pick_device, pick_dtype,
                                      resolve_model_path)
     from serl.rollout.engine import HFEngine
     from serl.train.checkpoint import load_newest_intact
-    from serl.train.trainer import evaluate_policy, load_run_config
+    from serl.train.evaluate import evaluate_policy
     from serl.trajectory import write_jsonl
     from serl.utils import atomic_write_text, configure_cpu_threads
 
@@ -174,9 +176,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from serl.config import DEFAULT_RECIPE, load_config
+    from serl.config import DEFAULT_RECIPE
+    from serl.configure import load_config, load_run_config
     from serl.train.sft import SFTTrainer
-    from serl.train.trainer import load_run_config
 
     recipe, overrides = _split_overrides(args.overrides)
     if args.resume:
@@ -227,7 +229,7 @@ def cmd_data_expert(args) -> int:
 
     from tqdm.auto import tqdm
 
-    from serl.config import load_config
+    from serl.configure import load_config
     from serl.envs.base import get_env_class, list_tasks
     from serl.errors import ConfigError
     from serl.models.loading import load_tokenizer, resolve_model_path

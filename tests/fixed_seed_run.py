@@ -55,10 +55,7 @@ def stable(metrics: dict) -> dict:
 def run_variant(model_dir: Path, out: Path, name: str) -> list[dict]:
     """Train ``VARIANTS[name]`` (2 or 3 iterations) in ``out/name``; its ``metrics.jsonl`` lines,
     stable keys only."""
-    try:
-        from serl.configure import load_config
-    except ImportError:
-        from serl.config import load_config
+    from serl.configure import load_config
     from serl.train.trainer import Trainer
 
     from report_run import ScriptedPolicyEngine

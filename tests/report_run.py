@@ -13,7 +13,7 @@ import random
 import re
 from pathlib import Path
 
-from serl.config import load_config
+from serl.configure import load_config
 from serl.train.trainer import Trainer
 
 THINKS = ["I should look around for the object first.", "The task needs the object; try the nearest receptacle.",

@@ -17,7 +17,8 @@ from serl.algos.advantages import (
     gigpo_step_returns,
     invalid_action_penalty,
 )
-from serl.config import AlgorithmConfig, ConfigError, GiGPOConfig, load_config
+from serl.config import AlgorithmConfig, ConfigError, GiGPOConfig
+from serl.configure import load_config
 
 
 def cfg(**kw):

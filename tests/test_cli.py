@@ -56,7 +56,7 @@ def test_eval_reports_success_per_task_type(tiny_model_dir, tmp_path, capsys):
 
 def test_eval_subset_round_robin_over_task_types():
     from serl.envs.base import Task
-    from serl.train.trainer import eval_subset
+    from serl.train.evaluate import eval_subset
 
     tasks = [Task("alfworld", f"{ty}/{k}", ty) for ty in ("b", "a", "c") for k in range(3)]
     sub = eval_subset(tasks, 4)

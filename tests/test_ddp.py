@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from serl.config import load_config
+from serl.configure import load_config
 from serl.errors import CheckpointError, ConfigError
 from serl.train.distributed import (check_checkpoint_world_size, check_world_size, deal_micro_batches,
                                     merge_metric_means, micro_loss_scale)
@@ -54,10 +54,10 @@ def _params(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
-def _per_rank_normaliser(trainer_module):
-    """Patch the trainer to normalise each micro-batch by the rows *this rank* runs in the
+def _per_rank_normaliser(update_module):
+    """Patch the update to normalise each micro-batch by the rows *this rank* runs in the
     mini-batch (no global row count, no compensation of DDP's mean): the tempting mistake."""
-    real_deal = trainer_module.deal_micro_batches
+    real_deal = update_module.deal_micro_batches
     rank_rows = {}
 
     def deal(micros, rank, world):
@@ -65,29 +65,30 @@ def _per_rank_normaliser(trainer_module):
         rank_rows["n"] = sum(len(m) for m, w in plan if w) or 1
         return plan
 
-    trainer_module.deal_micro_batches = deal
-    trainer_module.micro_loss_scale = lambda micro_rows, mini_rows, world: micro_rows / rank_rows["n"]
+    update_module.deal_micro_batches = deal
+    update_module.micro_loss_scale = lambda micro_rows, mini_rows, world: micro_rows / rank_rows["n"]
 
 
 def _ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str, result: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
-    import serl.train.trainer as trainer_module
-    from serl.train.trainer import Trainer, make_adamw
+    import serl.train.update as update_module
+    from serl.train.trainer import Trainer
+    from serl.train.update import make_adamw
 
     tr = Trainer(load_config("cpu", _overrides(model_dir, out)))
     try:
         assert tr.dist.world_size == world and tr.dist.rank == rank
         init = _params(tr.policy)
-        metrics = tr._update(_fixed_batch())
+        metrics = tr.update.run(_fixed_batch())
         good = _params(tr.policy)
         # the same update again from the same start, with a per-rank normaliser
         with torch.no_grad():
             for k, p in tr.policy.named_parameters():
                 p.copy_(init[k])
         tr.optimizer.load_state_dict(make_adamw(tr.policy.parameters(), 1e-3, 0.0).state_dict())
-        _per_rank_normaliser(trainer_module)
-        tr._update(_fixed_batch())
+        _per_rank_normaliser(update_module)
+        tr.update.run(_fixed_batch())
         bad = _params(tr.policy)
         if rank == 0:
             torch.save({"good": good, "bad": bad, "metrics": metrics}, result)
@@ -114,7 +115,7 @@ def test_two_process_update_equals_one_process_update(tiny_model_dir, tmp_path):
     try:
         assert not tr.dist.enabled
         init = _params(tr.policy)
-        ref_metrics = tr._update(_fixed_batch())
+        ref_metrics = tr.update.run(_fixed_batch())
         ref = _params(tr.policy)
     finally:
         tr.close()

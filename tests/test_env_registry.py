@@ -8,10 +8,10 @@ import textwrap
 
 import pytest
 
-from serl.config import ConfigError, load_config
+from serl.configure import load_config
 from serl.envs import base
 from serl.envs.base import ENV_ENTRY_POINTS, BaseTextEnv, Task, get_env_class, register_env
-from serl.errors import EnvError
+from serl.errors import ConfigError, EnvError
 from serl.trajectory import Step, Trajectory
 
 USER_ENV = textwrap.dedent('''
@@ -58,6 +58,7 @@ def user_env(tmp_path, monkeypatch):
     (tmp_path / "user_counter_prompts.py").write_text(USER_PROMPTS)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(base, "ENV_ENTRY_POINTS", dict(ENV_ENTRY_POINTS))
+    monkeypatch.setattr(base, "ENV_CONFIG_CHECKS", dict(base.ENV_CONFIG_CHECKS))
     monkeypatch.setattr(base, "_LOADED", {})
     register_env("counter", "user_counter_env:CounterEnv")
     return tmp_path
@@ -81,10 +82,14 @@ def test_base_is_a_leaf():
 
 
 def test_algos_never_import_config_at_run_time():
-    mods = ["serl.algos.advantages", "serl.algos.filters", "serl.algos.spear", "serl.algos.losses"]
-    code = f"import sys; [__import__(m) for m in {mods!r}]; print('serl.config' in sys.modules)"
+    """The registries read config sections duck-typed (config types only under TYPE_CHECKING), and
+    none imports serl.configure, which imports them all to check a config."""
+    mods = ["serl.algos.advantages", "serl.algos.filters", "serl.algos.spear", "serl.algos.losses",
+            "serl.rollout.engine", "serl.hindsight.modes", "serl.envs.base", "serl.envs.webshop.options"]
+    code = (f"import sys; [__import__(m) for m in {mods!r}]; "
+            "print([m for m in ('serl.config', 'serl.configure') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+    assert out.strip() == "[]"
 
 
 def test_unknown_name_lists_the_valid_names():
@@ -132,7 +137,7 @@ def test_user_env_by_entry_point_string(user_env):
     assert cls.__name__ == "CounterEnv" and cls.__module__ == "user_counter_env"
 
     from serl.agent.prompts import get_prompt_builder
-    from serl.train.trainer import env_kwargs, list_tasks
+    from serl.train.env_pool import env_kwargs, list_tasks
 
     assert env_kwargs(cfg) == {"max_steps": 4, "data_dir": None}
     assert [t.task_id for t in list_tasks(cfg, "train")] == ["1", "2"]
@@ -140,6 +145,26 @@ def test_user_env_by_entry_point_string(user_env):
     env = cls.from_config(cfg.env)
     assert env.max_steps == 4 and env.reset(Task("counter", "1", "count")).observation == "at 0"
     assert cls.episode_metrics([]) == {}
+
+
+def test_user_env_registers_its_own_config_check(user_env):
+    """An env's options are checked by the env (``register_env(..., config_check=...)``), only when
+    that env is configured: adding an env never edits serl.config."""
+    (user_env / "user_counter_options.py").write_text(
+        "from serl.errors import ConfigError\n\n\n"
+        "def check(env_cfg):\n"
+        "    if env_cfg.max_steps > 10:\n"
+        "        raise ConfigError(f'env.max_steps: the counter counts to 10 at most, got {env_cfg.max_steps}')\n")
+    register_env("counter", "user_counter_env:CounterEnv", config_check="user_counter_options:check")
+    assert base.ENV_CONFIG_CHECKS["counter"] == "user_counter_options:check"
+    assert load_config(None, ["env.name=counter", "env.max_steps=4"]).env.max_steps == 4
+    with pytest.raises(ConfigError, match=r"^env\.max_steps: the counter counts to 10 at most, got 11"):
+        load_config(None, ["env.name=counter", "env.max_steps=11"])
+    assert load_config(None, ["env.max_steps=11"]).env.name == "alfworld"  # not the configured env: not run
+    register_env("counter", "user_counter_env:CounterEnv")  # re-registered without a check: none
+    assert "counter" not in base.ENV_CONFIG_CHECKS and load_config(None, ["env.name=counter", "env.max_steps=11"])
+    with pytest.raises(ConfigError, match="module:"):
+        register_env("counter", "user_counter_env:CounterEnv", config_check="no_colon_here")
 
 
 def test_user_env_runs_in_pool_workers(user_env):
@@ -177,7 +202,7 @@ def test_webshop_hooks():
 
 
 def test_task_types_restrict_the_listed_tasks():
-    from serl.config import load_config
+    from serl.configure import load_config
     from serl.envs.base import list_tasks
     from serl.errors import EnvError
 
@@ -192,7 +217,7 @@ def test_task_types_restrict_the_listed_tasks():
 
 
 def test_task_types_must_be_names():
-    from serl.config import load_config
+    from serl.configure import load_config
     from serl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="env.task_types"):

@@ -17,7 +17,7 @@ from serl.algos.filters import (
     largest_power_of_two_le,
     response_flags,
 )
-from serl.config import load_config
+from serl.configure import load_config
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from serl.config import load_config
+from serl.configure import load_config
 from serl.errors import ConfigError
 from serl.train.distributed import Distributed, _optim_state_by_index, _optim_state_by_name
 from test_ddp import _fixed_batch, _free_port, _overrides, _params, _per_rank_normaliser
@@ -35,24 +35,25 @@ def _reset(tr, init: dict) -> None:
 def _fsdp_worker(rank: int, world: int, port: int, model_dir: str, out: str, result: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
-    import serl.train.trainer as trainer_module
+    import serl.train.update as update_module
     from serl.train.distributed import is_sharded
+    from serl.train.trainer import Trainer
 
-    real = {k: getattr(trainer_module, k) for k in ("deal_micro_batches", "micro_loss_scale")}
-    tr = trainer_module.Trainer(load_config("cpu", _overrides(model_dir, out, **FSDP)))
+    real = {k: getattr(update_module, k) for k in ("deal_micro_batches", "micro_loss_scale")}
+    tr = Trainer(load_config("cpu", _overrides(model_dir, out, **FSDP)))
     try:
         assert tr.dist.sharded and is_sharded(tr.policy) and not is_sharded(tr.rollout_model)
         full = lambda: {k: v.clone() for k, v in tr.dist.full_parameters(tr.policy).items()}  # noqa: E731
         init = full()
-        res = {"metrics": tr._update(_fixed_batch())}
+        res = {"metrics": tr.update.run(_fixed_batch())}
         res["good"] = full()
         # checkpoint round trip: save (full state on rank 0), move on, resume
-        tr.iteration = 1
+        tr.state.iteration = 1
         folder = tr.save()
         saved_optim = copy.deepcopy(_full_optim_state(tr))  # AdamW steps its `step` tensors in place
-        tr._update(_fixed_batch())
+        tr.update.run(_fixed_batch())
         moved = full()
-        tr._resume()
+        tr.resume()
         resumed, resumed_optim = full(), _full_optim_state(tr)
         res["resume_moved"] = any(not torch.equal(moved[k], res["good"][k]) for k in moved)
         res["resume_params_equal"] = all(torch.equal(resumed[k], res["good"][k]) for k in resumed)
@@ -64,16 +65,16 @@ def _fsdp_worker(rank: int, world: int, port: int, model_dir: str, out: str, res
         res["rollout_synced"] = all(torch.equal(p, resumed[k].to(p.dtype)) for k, p in tr.rollout_model.named_parameters())
         res["folder"] = str(folder)
         # three mistakes, each from the same start
-        for name, patch in (("per_rank", lambda: _per_rank_normaliser(trainer_module)),
-                            ("no_times_n", lambda: setattr(trainer_module, "micro_loss_scale", lambda b, B, n: b / B)),
-                            ("weighted_padding", lambda: setattr(trainer_module, "deal_micro_batches", lambda m, r, n: [
+        for name, patch in (("per_rank", lambda: _per_rank_normaliser(update_module)),
+                            ("no_times_n", lambda: setattr(update_module, "micro_loss_scale", lambda b, B, n: b / B)),
+                            ("weighted_padding", lambda: setattr(update_module, "deal_micro_batches", lambda m, r, n: [
                                 (x, 1.0) for x, _ in real["deal_micro_batches"](m, r, n)]))):
             _reset(tr, init)
             patch()
-            metrics = tr._update(_fixed_batch())
+            metrics = tr.update.run(_fixed_batch())
             res[name] = (full(), metrics)
             for k, v in real.items():
-                setattr(trainer_module, k, v)
+                setattr(update_module, k, v)
         if rank == 0:
             torch.save(res, result)
     finally:
@@ -105,7 +106,7 @@ def test_fsdp_two_process_update_equals_one_process_and_checkpoint_round_trip(ti
     tr = Trainer(load_config("cpu", _overrides(tiny_model_dir, tmp_path / "one")))
     try:
         init = _params(tr.policy)
-        ref_metrics = tr._update(_fixed_batch())
+        ref_metrics = tr.update.run(_fixed_batch())
         ref = _params(tr.policy)
         ref_optim = tr.optimizer.state_dict()
         assert any(not torch.equal(init[k], ref[k]) for k in ref), "the update changed nothing"

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from serl.config import load_config
+from serl.configure import load_config
 from serl.errors import ConfigError
 from serl.models.memory import (DEFAULT_ACTIVATION_MEMORY_FRACTION, LOGIT_BYTES_PER_ENTRY, activation_budget_bytes,
                                 activation_bytes, available_memory_bytes, model_activation_bytes)
@@ -189,7 +189,7 @@ def test_update_is_the_same_with_and_without_checkpointing(tiny_model_dir, tmp_p
                 small, model_config = copy.deepcopy(tr.policy.state_dict()), tr.policy.config
             tr.policy.load_state_dict(small)
             batch = UpdateBatch.from_steps(rows, adv, torch.ones(4))
-            m = tr._update(batch, step=1)
+            m = tr.update.run(batch, step=1)
             results[label] = ({k: v.detach().clone() for k, v in tr.policy.named_parameters()},
                               m["perf/grad_ckpt_fraction"])
         finally:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from serl.config import ConfigError, load_config
+from serl.configure import load_config
+from serl.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "serl" / "hindsight"
@@ -103,7 +104,8 @@ def test_bad_serl_keys_fail_at_load_config(overrides, key):
 def test_bad_sampling_mode_fails_before_any_model_loads():
     code = (
         "import json, sys\n"
-        "from serl.config import ConfigError, load_config\n"
+        "from serl.configure import load_config\n"
+        "from serl.errors import ConfigError\n"
         "try:\n"
         "    load_config('cpu', ['algorithm.serl.sampling_mode=legacy_thing'])\n"
         "    msg = None\n"

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from serl.config import load_config
+from serl.configure import load_config
 from serl.models.loading import load_causal_lm, resolve_model_path
 from serl.models.lora import POLICY_ADAPTER, TEACHER_ADAPTER, AdapterView, adapter_parameters
 from serl.train.batch import UpdateBatch
@@ -71,7 +71,7 @@ def test_teacher_snapshot_and_reference_log_probs(tiny_model_dir, tmp_path):
     tr = Trainer(_cfg(tiny_model_dir, tmp_path))
     try:
         tr.train_iteration()
-        groups = tr._last_groups
+        groups = tr.last_groups
         rows = [s for g in groups for t in g.trajectories for s in t.steps]
         batch = UpdateBatch.from_steps(rows, torch.zeros(len(rows)), torch.ones(len(rows)))
         tr.policy.eval()
@@ -80,18 +80,18 @@ def test_teacher_snapshot_and_reference_log_probs(tiny_model_dir, tmp_path):
         with torch.no_grad():  # move the policy on: the teacher must keep the snapshot
             for p in adapter_parameters(tr.policy, POLICY_ADAPTER).values():
                 p.add_(0.05)
-        teacher = tr._score(tr.teacher.model, batch)
+        teacher = tr.scorer.score(tr.teacher.model, batch)
         # the same AdapterView wrapper, hence the same scoring path (views take the full-logits path)
-        expected = tr._score(AdapterView(snapshot, POLICY_ADAPTER), batch)
-        policy_now = tr._score(tr.policy, batch)
+        expected = tr.scorer.score(AdapterView(snapshot, POLICY_ADAPTER), batch)
+        policy_now = tr.scorer.score(tr.policy, batch)
         for t, e, p in zip(teacher, expected, policy_now):
             assert torch.equal(t, e)
         assert any(not torch.equal(t, p) for t, p in zip(teacher, policy_now))
 
         base = load_causal_lm(str(tiny_model_dir), next(tr.policy.get_base_model().parameters()).dtype, "cpu")
         base.eval()
-        ref = tr._score(tr.ref.model, batch)
-        for r, b in zip(ref, tr._score(base, batch)):  # a plain model takes the response-only LM-head path
+        ref = tr.scorer.score(tr.ref.model, batch)
+        for r, b in zip(ref, tr.scorer.score(base, batch)):  # a plain model takes the response-only LM-head path
             torch.testing.assert_close(r, b, rtol=0, atol=1e-4)
         assert tr.policy.active_adapter == POLICY_ADAPTER
     finally:

@@ -16,7 +16,9 @@ from serl.algos.losses import (
     kl_penalty,
     replay_loss_config,
 )
-from serl.config import ActorConfig, ConfigError, load_config
+from serl.config import ActorConfig
+from serl.configure import load_config
+from serl.errors import ConfigError
 
 
 def t(xs):

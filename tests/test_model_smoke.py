@@ -37,7 +37,7 @@ def test_shipped_alfworld_sft_alias_writes_valid_actions(tmp_path):
 
     from serl.agent.parsing import project_action
     from serl.agent.prompts import get_prompt_builder
-    from serl.config import load_config
+    from serl.configure import load_config
     from serl.envs.base import get_env_class
     from serl.models.loading import SMOLLM2_ALIAS, load_causal_lm, load_tokenizer, resolve_model_path
     from serl.rollout.collector import build_step_prompt

@@ -184,9 +184,10 @@ def test_start_and_close_failures_are_reported():
 
 
 def test_config_chooses_the_pool(monkeypatch):
-    from serl.config import ConfigError, load_config
+    from serl.configure import load_config
+    from serl.errors import ConfigError
     from serl.envs.alfworld import fixture_data_dir
-    from serl.train.trainer import make_pool
+    from serl.train.env_pool import make_pool
 
     cfg = load_config("cpu", ["env.pool=ray", "env.num_workers=1", f"env.data_dir={fixture_data_dir()}"])
     pool = make_pool(cfg, 1)

@@ -6,7 +6,7 @@ every episode ends within ``env.max_steps``, no expert prompt is shrunk at
 from __future__ import annotations
 
 from serl.agent.chat import chat_prompt_ids
-from serl.config import load_config
+from serl.configure import load_config
 from serl.envs.base import get_env_class, list_tasks
 from serl.rollout.expert import make_expert, play_expert
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from serl.algos.spear import replay_coef
-from serl.config import load_config
+from serl.configure import load_config
 from serl.rollout.collector import Collector
 from serl.train.batch import collate, response_logprobs
 from serl.train.trainer import Trainer
@@ -74,7 +74,7 @@ def real_gigpo_run(tiny_model_dir, tmp_path_factory):
     try:
         before = _params(tr.policy)
         metrics = tr.train_iteration()
-        return tr._last_groups, metrics, _changed(before, tr.policy)
+        return tr.last_groups, metrics, _changed(before, tr.policy)
     finally:
         tr.close()
 
@@ -100,7 +100,7 @@ def winning_batch(real_gigpo_run, tokenizer):
 def replay_rollout(winning_batch, monkeypatch):
     """Every ``collect`` returns a fresh copy of the winning batch; no env pool is started."""
     monkeypatch.setattr(Collector, "collect", lambda self, *a, **k: copy.deepcopy(winning_batch))
-    monkeypatch.setattr("serl.train.trainer.make_pool", lambda cfg, n: _NoPool())
+    monkeypatch.setattr("serl.train.env_pool.make_pool", lambda cfg, n: _NoPool())
     return winning_batch
 
 
@@ -160,7 +160,7 @@ def test_recipe_runs_one_iteration(recipe, tiny_model_dir, tmp_path, replay_roll
         assert m["replay/rows_seen"] == m["rollout/kept_rows"]  # the buffer sees the filtered batch
         assert m["replay/admitted"] >= 1 and m["replay/num_rows"] == m["replay/admitted"]
         assert "replay/pg_loss" not in m
-        assert all(r.reward > 9 for _, rows in tr.replay_buffer.entries for r in rows)
+        assert all(r.reward > 9 for _, rows in tr.state.replay_buffer.entries for r in rows)
     else:
         assert not any(k.startswith("replay/") for k in m)
 
@@ -172,7 +172,7 @@ def test_drbot_filters_mask_rows_without_dropping_them(recipe, tiny_model_dir, t
     policy-loss and entropy gradients are exactly zero."""
     groups = real_gigpo_run[0]
     monkeypatch.setattr(Collector, "collect", lambda self, *a, **k: copy.deepcopy(groups))
-    monkeypatch.setattr("serl.train.trainer.make_pool", lambda cfg, n: _NoPool())
+    monkeypatch.setattr("serl.train.env_pool.make_pool", lambda cfg, n: _NoPool())
     # std filter off, so every row reaches the update
     tr = Trainer(_cfg(recipe, tiny_model_dir, tmp_path, **{"rollout.rollout_filter_ratio": 1.0}))
     try:
@@ -263,7 +263,7 @@ def test_spear_buffer_fills_replays_and_resumes_with_the_same_buffer(tiny_model_
     try:
         theta0 = copy.deepcopy(a.policy)
         m1 = a.train_iteration()
-        buf = a.replay_buffer
+        buf = a.state.replay_buffer
         assert m1["replay/admitted"] >= 2 and buf.is_full() and "replay/pg_loss" not in m1
         # stored rows: the behaviour log-probs of the sampled tokens (θ0), the advantage on every
         # unmasked token, the score as the estimator saw it
@@ -271,16 +271,16 @@ def test_spear_buffer_fills_replays_and_resumes_with_the_same_buffer(tiny_model_
         assert row.step == 1 and row.reward > 9 and float(row.response_mask.min()) == 1.0
         assert torch.all(row.advantages > 0)
         bt = collate([row.prompt_ids.tolist()], [row.response_ids.tolist()], a.tokenizer.pad_token_id)
-        with torch.no_grad(), a._autocast():
+        with torch.no_grad(), a.models.autocast():
             lp0, _ = response_logprobs(theta0, bt, cfg.rollout.temperature)
         torch.testing.assert_close(row.old_log_probs, lp0[0].float(), atol=2e-2, rtol=0)
         a.save()
 
         # resume: the same buffer rows and baseline history, the same generator state
         b = Trainer(cfg, run_dir=tmp_path / "run", resume=True)
-        assert b.iteration == 1 and _buffer_equal(a.replay_buffer, b.replay_buffer)
-        assert torch.equal(a.generator.get_state(), b.generator.get_state())
-        assert b.replay_buffer.is_full()
+        assert b.iteration == 1 and _buffer_equal(a.state.replay_buffer, b.state.replay_buffer)
+        assert torch.equal(a.state.generator.get_state(), b.state.generator.get_state())
+        assert b.state.replay_buffer.is_full()
 
         # step 2 on both: the full buffer is consumed into replay mini-batches, identically
         ma, mb = a.train_iteration(), b.train_iteration()
@@ -295,8 +295,8 @@ def test_spear_buffer_fills_replays_and_resumes_with_the_same_buffer(tiny_model_
         for k, v in b.policy.named_parameters():
             assert torch.equal(v, pa[k]), k
         # consumed, then refilled with step 2's admissions only
-        assert [s for s, _ in a.replay_buffer.entries] == [2]
-        assert _buffer_equal(a.replay_buffer, b.replay_buffer)
+        assert [s for s, _ in a.state.replay_buffer.entries] == [2]
+        assert _buffer_equal(a.state.replay_buffer, b.state.replay_buffer)
     finally:
         a.close()
         if b is not None:

@@ -116,7 +116,7 @@ def test_second_process_on_the_same_folder_stops_naming_the_pid(tmp_path, capsys
 
 
 def test_overwrite_moves_the_old_run_aside(tiny_model_dir, tmp_path, caplog):
-    from serl.config import load_config
+    from serl.configure import load_config
     from serl.train.trainer import Trainer
 
     run = tmp_path / "run"

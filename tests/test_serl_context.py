@@ -21,7 +21,7 @@ import pytest
 from serl.hindsight.anchors import anchor_clusters
 from serl.hindsight.builder import SerlContextBuilder, build_privileged_contexts
 from serl.hindsight.judge import resolve_api_key
-from serl.hindsight.modes import MODE_NAMES, SAMPLING_MODES, ContextInputs, canonical_mode, resolve_mode
+from serl.hindsight.modes import MODE_NAMES, SAMPLING_MODES, ContextInputs, canonical_mode, check_config, resolve_mode
 from serl.hindsight.rendering import (
     ANCHOR_FEEDBACK_HEADER,
     ANCHOR_HEADER,
@@ -121,6 +121,13 @@ def cfg(mode: str, **kw) -> SerlConfig:
     return SerlConfig(sampling_mode=mode, **kw)
 
 
+def validate(c: SerlConfig) -> None:
+    """The whole ``algorithm.serl`` check of a loaded config: the section's ranges, then the mode
+    registry's names (:func:`serl.hindsight.modes.check_config`)."""
+    c.validate()
+    check_config(c)
+
+
 def build(mode: str, groups=None, **kw):
     groups = groups if groups is not None else make_groups()
     b = SerlContextBuilder(cfg(mode, **kw))
@@ -178,7 +185,7 @@ def test_aliases_and_unknown_names():
     ctxs, _ = build("env_feedback")
     assert sections(ctxs[ROW["A1"]]) == [(FEEDBACK_HEADER, NOTHING)]
     with pytest.raises(ConfigError) as e:
-        cfg("legacy_thing").validate()
+        validate(cfg("legacy_thing"))
     assert str(e.value).startswith("algorithm.serl.sampling_mode: ")
     assert "unknown sampling_mode 'legacy_thing'" in str(e.value) and "anchor_future_trajectory" in str(e.value)
     with pytest.raises(ValueError, match="judge_current_traj"):
@@ -187,14 +194,14 @@ def test_aliases_and_unknown_names():
 
 def test_bad_context_keys_are_named():
     with pytest.raises(ConfigError, match="trajectory_format"):
-        cfg("immediate_feedback", trajectory_format="xml").validate()
+        validate(cfg("immediate_feedback", trajectory_format="xml"))
     with pytest.raises(ConfigError, match="anchor_similarity_thresh"):
-        cfg("anchor_next_observation", anchor_enable_similarity=True, anchor_similarity_thresh=1.0).validate()
+        validate(cfg("anchor_next_observation", anchor_enable_similarity=True, anchor_similarity_thresh=1.0))
     with pytest.raises(ConfigError, match="success_source"):
-        cfg("immediate_feedback", success_source="replay").validate()
+        validate(cfg("immediate_feedback", success_source="replay"))
     with pytest.raises(ConfigError, match="max_future_context_steps"):
-        cfg("future_trajectory", max_future_context_steps=-1).validate()
-    cfg("anchor_next_observation", anchor_enable_similarity=True, anchor_similarity_thresh=0.5).validate()
+        validate(cfg("future_trajectory", max_future_context_steps=-1))
+    validate(cfg("anchor_next_observation", anchor_enable_similarity=True, anchor_similarity_thresh=0.5))
 
 
 def test_teacher_message_wrapper():
@@ -513,7 +520,7 @@ def test_anchor_similarity_clustering():
                   anchor_similarity_backend="difflib")
     assert dl[0].sections[0][1] == "open drawer 1, It is empty.\nopen drawer 2, You see a key."
     with pytest.raises(ConfigError, match="anchor_similarity_backend"):
-        cfg("anchor_immediate_feedback", anchor_enable_similarity=True, anchor_similarity_backend="jaro").validate()
+        validate(cfg("anchor_immediate_feedback", anchor_enable_similarity=True, anchor_similarity_backend="jaro"))
 
 
 def test_anchor_clusters_similarity_order_is_step_then_batch():

@@ -13,7 +13,7 @@ import copy
 import pytest
 
 from serl.hindsight.modes import MODE_NAMES
-from serl.config import load_config
+from serl.configure import load_config
 from serl.rollout.collector import Collector
 from serl.train.trainer import Trainer
 
@@ -36,7 +36,7 @@ def rollout_batch(tiny_model_dir, tmp_path_factory):
     tr = Trainer(cfg)
     try:
         tr.train_iteration()
-        groups = tr._last_groups
+        groups = tr.last_groups
     finally:
         tr.close()
     # make the batch informative: one trajectory of each group "won" at its last step
@@ -60,7 +60,7 @@ def test_mode_runs_a_training_iteration(mode, tiny_model_dir, rollout_batch, tmp
         tr = Trainer(load_config("cpu", overrides))
         monkeypatch.setattr(Collector, "collect", lambda self, *a, **k: copy.deepcopy(rollout_batch))
         # no env is stepped: the pool is never used
-        monkeypatch.setattr("serl.train.trainer.make_pool", lambda cfg, n: _NoPool())
+        monkeypatch.setattr("serl.train.env_pool.make_pool", lambda cfg, n: _NoPool())
         try:
             m = tr.train_iteration()
         finally:

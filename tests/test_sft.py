@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from serl.agent.chat import chat_prompt_ids
 from serl.cli import main
-from serl.config import load_config
+from serl.configure import load_config
 from serl.errors import ConfigError, SerlError
 from serl.train.sft import (SFTExample, SFTTrainer, collate_sft, encode_row, lr_at, read_rows,
                             reply_token_nll, step_rows)

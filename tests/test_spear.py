@@ -15,7 +15,8 @@ from serl.algos.spear import (
     replay_coef,
     toolcall_bonus,
 )
-from serl.config import ConfigError, load_config
+from serl.configure import load_config
+from serl.errors import ConfigError
 
 
 def row(reward, adv, uid="u", traj="t", n=3, masked=False, extra=None):

@@ -8,8 +8,9 @@ import functools
 import pytest
 import torch
 
-import serl.train.trainer as trainer_mod
-from serl.config import load_config
+import serl.train.scoring as scoring_mod
+import serl.train.update as update_mod
+from serl.configure import load_config
 from serl.rollout.engine import ENGINE_REGISTRY, HFEngine, SamplingParams, make_engine, resolve_engine_name
 from serl.train.batch import UpdateBatch, response_logprobs
 from serl.train.trainer import Trainer
@@ -39,8 +40,8 @@ def _rows(n=5, seed=0):
 def _update_once(tr: Trainer, rows) -> dict[str, torch.Tensor]:
     adv = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.75])[: len(rows)]
     batch = UpdateBatch.from_steps(rows, adv, torch.ones(len(rows)))
-    batch.ref_log_probs = tr._score(tr.ref.model, batch)
-    tr._update(batch, step=1)
+    batch.ref_log_probs = tr.scorer.score(tr.ref.model, batch)
+    tr.update.run(batch, step=1)
     return {k: v.detach().clone() for k, v in tr.policy.named_parameters()}
 
 
@@ -61,9 +62,9 @@ def test_one_update_matches_the_former_path(tiny_model_dir, tmp_path, monkeypatc
                                          weight_decay=tr.cfg.actor.weight_decay, foreach=False)
         tr.cfg.actor.log_prob_micro_batch_size_per_gpu = tr.cfg.actor.ppo_micro_batch_size
         tr.cfg.model.use_remove_padding = False
-        monkeypatch.setattr(trainer_mod, "response_logprobs", functools.partial(response_logprobs, response_only=False))
-        score = trainer_mod.score_logprobs
-        monkeypatch.setattr(trainer_mod, "score_logprobs", functools.partial(score, bucket=False))
+        monkeypatch.setattr(update_mod, "response_logprobs", functools.partial(response_logprobs, response_only=False))
+        score = scoring_mod.score_logprobs
+        monkeypatch.setattr(scoring_mod, "score_logprobs", functools.partial(score, bucket=False))
         old = _update_once(tr, _rows())
     finally:
         tr.close()
@@ -83,7 +84,7 @@ def test_dynamic_bsz_micro_batches_cover_the_mini_batch_by_length(tiny_model_dir
     try:
         rows = _rows()
         mini = UpdateBatch.from_steps(rows, torch.zeros(5), torch.ones(5))
-        micros = tr._micro_batches(mini)
+        micros = tr.update.micro_batches(mini)
         assert sorted(i for m in micros for i in m.index) == list(range(5))
         for m in micros:
             width = max(len(p) + len(r) for p, r in zip(m.prompt_ids, m.response_ids))
@@ -91,7 +92,7 @@ def test_dynamic_bsz_micro_batches_cover_the_mini_batch_by_length(tiny_model_dir
         lens = [max(len(p) + len(r) for p, r in zip(m.prompt_ids, m.response_ids)) for m in micros]
         assert lens == sorted(lens)
         tr.cfg.actor.use_dynamic_bsz = False
-        assert [m.index for m in tr._micro_batches(mini)] == [[0, 1], [2, 3], [4]]
+        assert [m.index for m in tr.update.micro_batches(mini)] == [[0, 1], [2, 3], [4]]
     finally:
         tr.close()
 

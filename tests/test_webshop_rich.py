@@ -14,10 +14,13 @@ import json
 
 import pytest
 
-from serl.config import WEBSHOP_OBSERVATION_MODES, EnvConfig, load_config
+from serl.config import EnvConfig
+from serl.configure import load_config
 from serl.envs.base import EnvError, Task
+from serl.envs.base import check_config as check_env_config
 from serl.envs.webshop import WebShopEnv, load_world
 from serl.envs.webshop.goals import load_task_prices
+from serl.envs.webshop.options import OBSERVATION_MODES as WEBSHOP_OBSERVATION_MODES
 from serl.envs.webshop.pages import OBSERVATION_MODES
 from serl.errors import ConfigError
 
@@ -125,8 +128,8 @@ def test_observation_mode_is_checked():
         WebShopEnv(observation_mode="html")
     cfg = EnvConfig(name="webshop", webshop={"observation_mode": "url"})
     with pytest.raises(ConfigError, match="env.webshop.observation_mode"):
-        cfg.validate()
-    EnvConfig(name="webshop", webshop={"observation_mode": "text_rich"}).validate()
+        check_env_config(cfg)  # the env registry runs WebShop's own check (serl.envs.webshop.options)
+    check_env_config(EnvConfig(name="webshop", webshop={"observation_mode": "text_rich"}))
     c = load_config("webshop", ["env.webshop.observation_mode=text_rich"])
     assert WebShopEnv.config_kwargs(c.env)["observation_mode"] == "text_rich"
 
@@ -183,5 +186,5 @@ def test_bad_task_prices_are_clear_errors(tmp_path):
     with pytest.raises(EnvError, match="must map task ids"):
         load_task_prices([1, 2])
     with pytest.raises(ConfigError, match="env.webshop.task_prices"):
-        EnvConfig(name="webshop", webshop={"task_prices": str(tmp_path / "none.json")}).validate()
+        check_env_config(EnvConfig(name="webshop", webshop={"task_prices": str(tmp_path / "none.json")}))
     assert load_task_prices({"h2": {"price": 3}}) == {"h2": load_task_prices({"h2": {"price": 3.0}})["h2"]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from serl.cli import main
-from serl.config import load_config
+from serl.configure import load_config
 
 
 def test_webshop_recipe_values():

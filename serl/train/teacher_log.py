@@ -32,6 +32,7 @@ from serl.utils import atomic_write_text
 
 if TYPE_CHECKING:
     from serl.config import SerlConfig
+    from serl.train.batch import StepTable, UpdateBatch
 
 LOG_DIR = "teacher"
 
@@ -317,3 +318,28 @@ class TraceWriter:
         path = self.dir / f"{iteration}.jsonl"
         atomic_write_text(path, "".join(lines))
         return path
+
+
+def write_iteration_trace(trace: TraceWriter, tokenizer, step: int, groups: list[Group], table: "StepTable",
+                          adv: torch.Tensor, batch: "UpdateBatch", serl_cfg: Optional["SerlConfig"],
+                          row_contexts: list) -> None:
+    """Write the sampled, bounded trajectory trace of iteration ``step`` (1-based) when due: whole
+    trajectories of the trained rows with token spans, advantages (``adv`` ``[rows]``) and, with
+    SERL (``serl_cfg`` not None), each token's weight W (after the update: ``batch.old_log_probs``
+    are all known) and the context the teacher saw (``row_contexts``, per row of ``table``)."""
+    if not trace.should_write(step):
+        return
+    trajs = {t.traj_uid: t for g in groups for t in g.trajectories}
+    rows = []
+    for i in trace_sample(table.traj_uids, step, trace.max_rows):
+        s, trained = table.rows[i], bool(table.row_mask[i] > 0)
+        serl = None
+        if serl_cfg is not None:
+            t_lp = batch.teacher_log_probs[i] if batch.teacher_log_probs is not None else None
+            ctx = row_contexts[i] if i < len(row_contexts) else None
+            skipped = ctx is not None and t_lp is None  # a context, but the row trains nothing
+            serl = serl_trace_fields(float(adv[i]), batch.old_log_probs[i], t_lp, s.action_mask, trained,
+                                     batch.serl_lambda, serl_cfg.weight_clip, ctx, skipped)
+        spans = token_char_spans(tokenizer, s.response_ids)
+        rows.append(trace_row(trajs[table.traj_uids[i]], s, spans, float(adv[i]), trained, serl))
+    trace.write(step, rows)

@@ -1,0 +1,90 @@
+"""Evaluation of a policy on a task split: :func:`evaluate_policy` (``serl eval``, and
+``trainer.test_freq`` during training), and the fixed panel :func:`eval_subset`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from serl.config import Config
+from serl.envs.base import Task, get_env_class
+from serl.rollout.collector import Collector
+from serl.rollout.engine import SamplingParams
+from serl.train import env_pool
+from serl.train.metrics import success_by_type
+from serl.trajectory import Trajectory
+
+
+def eval_subset(tasks: list[Task], num_tasks: Optional[int]) -> list[Task]:
+    """The first ``num_tasks`` tasks in round-robin order over task types (each type's tasks in
+    listing order), so a small panel covers every type; ``None`` or ``< 0`` = all tasks, in
+    listing order. Deterministic: the same panel every call."""
+    if num_tasks is None or num_tasks < 0 or num_tasks >= len(tasks):
+        return list(tasks)
+    by_type: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_type.setdefault(t.task_type, []).append(t)
+    queues = [list(v) for _, v in sorted(by_type.items())]
+    out: list[Task] = []
+    while len(out) < num_tasks:
+        for q in queues:
+            if q and len(out) < num_tasks:
+                out.append(q.pop(0))
+    return out
+
+
+def eval_sampling(cfg: Config, greedy: bool = False, seed: Optional[int] = None) -> SamplingParams:
+    """Evaluation sampling: ``rollout.val_temperature`` (sampled when ``rollout.val_do_sample``,
+    else greedy), or greedy; seeded with ``seed``."""
+    r = cfg.rollout
+    return SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=r.val_temperature,
+                          top_p=r.top_p, top_k=r.top_k, do_sample=r.val_do_sample and not greedy, seed=seed)
+
+
+def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int = -1, greedy: bool = False,
+                    seed: Optional[int] = 0, progress: bool = True) -> dict[str, Any]:
+    """Success rate overall and per task type on ``split``, one episode per task (G = 1).
+
+    ``num_tasks >= 0`` evaluates a fixed subset taken round-robin over task types
+    (:func:`eval_subset`). Tasks are played in chunks of ``rollout.micro_batch_size`` envs.
+    Sampling is greedy or seeded (``seed`` reseeds torch before each chunk), so a run is
+    reproducible. Returns ``{"metrics": {success_rate, <type>_success_rate, ...},
+    "trajectories": [...]}``.
+    """
+    from tqdm.auto import tqdm
+
+    tasks = eval_subset(env_pool.list_tasks(cfg, split), num_tasks)
+    chunk = max(1, min(cfg.rollout.micro_batch_size, len(tasks)))
+    trajs: list[Trajectory] = []
+    pool = env_pool.make_pool(cfg, chunk)
+    try:
+        collector = Collector(pool, engine, tokenizer, cfg.env.name, cfg.env.history_length, cfg.env.max_steps,
+                              cfg.data.max_prompt_length)
+        with tqdm(total=len(tasks), desc=f"serl eval {split}", unit="task", disable=not progress,
+                  file=sys.stderr, dynamic_ncols=True) as bar:
+            for k in range(0, len(tasks), chunk):
+                part = tasks[k : k + chunk]
+                padded = part + [part[-1]] * (chunk - len(part))  # the pool has a fixed size
+
+                def step_progress(step, active, _bar=bar):
+                    _bar.set_postfix_str(f"step {step}/{cfg.env.max_steps}, {active} active")
+
+                params = eval_sampling(cfg, greedy, None if seed is None else seed + k)
+                groups = collector.collect(padded, 1, params, step_progress)
+                trajs.extend(g.trajectories[0] for g in groups[: len(part)])
+                bar.update(len(part))
+    finally:
+        pool.close()
+    return {"metrics": eval_metrics(cfg, trajs), "trajectories": trajs}
+
+
+def eval_metrics(cfg: Config, trajs: list[Trajectory]) -> dict[str, float]:
+    """Success rate, valid and admissible action ratios, per-type success and the env's own
+    episode metrics of the evaluation episodes ``trajs``."""
+    steps = [s for t in trajs for s in t.steps]
+    metrics = {"success_rate": sum(t.won for t in trajs) / max(1, len(trajs)), "num_tasks": len(trajs),
+               "valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps)),
+               "admissible_action_ratio": sum(s.action in s.admissible_actions for s in steps) / max(1, len(steps))}
+    metrics.update({f"{k}_success_rate": v for k, v in success_by_type(trajs).items()})
+    metrics.update(get_env_class(cfg.env.name).episode_metrics(trajs))
+    return metrics
