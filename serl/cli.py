@@ -5,7 +5,7 @@
                [--greedy] [--seed N] [--data-dir DIR] [--out DIR|FILE.jsonl]
     serl report RUN_DIR... [--out FILE.html] [--iteration N]
     serl sft   --data FILE.jsonl [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR]
-    serl data download alfworld [--dest DIR]
+    serl data download {alfworld,dapo_math17k} [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
                [--num-tasks N] [--seed N] [--data-dir DIR] [--min-score X] [--max-steps N]
 
@@ -217,7 +217,11 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
+    """``serl data download NAME``: ALFWorld's games, or the full DAPO-Math-17k (math)."""
+    if args.name == "dapo_math17k":
+        from serl.envs.math.download import main_download as download_dapo
 
+        return download_dapo(args.dest)
     from serl.data.download import main_download
 
     return main_download(args.name, args.dest)
@@ -330,8 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="data sets")
     dsub = d.add_subparsers(dest="data_cmd", required=True)
     dl = dsub.add_parser("download", help="download a full data set")
-    dl.add_argument("name", choices=["alfworld"])
-    dl.add_argument("--dest", help="destination folder (default $SERL_DATA or ~/.cache/serl/data/alfworld)")
+    dl.add_argument("name", choices=["alfworld", "dapo_math17k"])
+    dl.add_argument("--dest", help="destination folder (default $SERL_DATA or ~/.cache/serl/data; "
+                                   "+/alfworld or +/math)")
     dl.set_defaults(fn=cmd_data)
     ex = dsub.add_parser("expert", help="expert trajectories as supervised (SFT) rows, one JSON line per step",
                          description="Play each task's expert (ALFWorld: the game's walkthrough; WebShop: a "
