@@ -53,6 +53,12 @@ class Step:
         rollout_log_probs: the rollout engine's log-probs (nats) of ``response_ids`` at the
             sampling temperature, ``[resp_len]``, when the engine reports them (vLLM); None
             otherwise. Only logged (the engine/trainer gap); the update recomputes them.
+        loss_mask: per response token, 1 if the policy sampled it (it trains), 0 if the rollout
+            inserted it (a tool's output, chat-template glue between turns), ``[resp_len]``; None
+            = every token sampled (one turn per row, as ALFWorld's and WebShop's step rows). A row
+            holding a whole multi-turn trajectory (the math env's tool use) sets it, as verl's
+            ``response_mask`` of its agent loop
+            (``volcengine/verl@b16865f2179f844ca8c8b0d271e9240ed72d96a2:verl/experimental/agent_loop/agent_loop.py``).
     """
 
     step_id: int
@@ -72,6 +78,20 @@ class Step:
     won: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     rollout_log_probs: Optional[list[float]] = None
+    loss_mask: Optional[list[int]] = None
+
+    def trained_mask(self) -> list[int]:
+        """:attr:`loss_mask`, or all ones when it is None; ``[resp_len]``.
+
+        Raises:
+            ValueError: ``loss_mask`` does not have one entry per response token.
+        """
+        if self.loss_mask is None:
+            return [1] * len(self.response_ids)
+        if len(self.loss_mask) != len(self.response_ids):
+            raise ValueError(f"step {self.step_id}: loss_mask has {len(self.loss_mask)} entries for "
+                             f"{len(self.response_ids)} response tokens")
+        return list(self.loss_mask)
 
 
 @dataclass

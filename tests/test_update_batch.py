@@ -32,6 +32,41 @@ def test_on_policy_rows_broadcast_advantage_and_row_mask():
     assert torch.equal(rb.action_mask, torch.tensor([[0.0, 1, 0], [1, 1, 0], [1, 0, 0]]))
 
 
+def test_a_rows_loss_mask_zeroes_the_inserted_tokens_and_the_replay_mask():
+    """A multi-turn row (assistant turn, tool output, assistant turn): the tool-output tokens
+    (loss mask 0) train nothing, and a Dr.BoT-masked row stays all zero."""
+    from serl.train.batch import StepTable
+    from serl.train.replay import store_replay_rows
+
+    turns = _step([1, 2], [4, 5, 6, 7, 8], [0] * 5)
+    turns.loss_mask = [1, 1, 0, 0, 1]
+    plain = _step([3], [9, 9], [0, 0])
+    b = UpdateBatch.from_steps([turns, plain, turns], torch.tensor([1.0, 1.0, 1.0]), torch.tensor([1.0, 1.0, 0.0]))
+    assert torch.equal(b.padded("response_masks", 5),
+                       torch.tensor([[1.0, 1, 0, 0, 1], [1, 1, 0, 0, 0], [0, 0, 0, 0, 0]]))
+    assert plain.trained_mask() == [1, 1] and turns.trained_mask() == [1, 1, 0, 0, 1]
+    turns_bad = _step([1], [4, 5], [0, 0])
+    turns_bad.loss_mask = [1]
+    with pytest.raises(ValueError, match="loss_mask has 1 entries for 2 response tokens"):
+        turns_bad.trained_mask()
+
+    class Buffer:  # records what SPEAR's buffer is offered
+        def update(self, rows, step):
+            self.rows = rows
+            return {}
+
+    table = StepTable(rows=[turns, plain], index=torch.arange(2), uids=["u", "u"], traj_uids=["a", "b"],
+                      group_index=torch.zeros(2, dtype=torch.long), traj_index=torch.arange(2),
+                      score_raw=torch.ones(2), penalty=torch.zeros(2), invalid=torch.zeros(2, dtype=torch.bool),
+                      bonus=torch.zeros(2), step_rewards=torch.ones(2), step_index=torch.zeros(2, dtype=torch.long),
+                      step_returns=torch.ones(2), row_mask=torch.tensor([1.0, 0.0]))
+    buf = Buffer()
+    store_replay_rows(buf, table, torch.tensor([0.5, 2.0]), [torch.zeros(5), torch.zeros(2)], 1, {})
+    assert torch.equal(buf.rows[0].response_mask, torch.tensor([1.0, 1, 0, 0, 1]))
+    assert torch.equal(buf.rows[0].advantages, torch.tensor([0.5, 0.5, 0, 0, 0.5]))
+    assert torch.equal(buf.rows[1].response_mask, torch.zeros(2))
+
+
 def test_select_split_and_fill_old_log_probs_follow_the_root_index():
     b = _batch()
     parts = b.split(2)

@@ -493,10 +493,13 @@ class UpdateBatch:
     @classmethod
     def from_steps(cls, rows: Sequence[Step], advantages: torch.Tensor, row_mask: torch.Tensor) -> "UpdateBatch":
         """On-policy rows: ``advantages`` ``[n]`` and ``row_mask`` ``[n]`` (0/1) broadcast over
-        each row's response tokens; old log-probs not yet known."""
+        each row's response tokens, the response mask times the row's :meth:`Step.trained_mask`
+        (0 on tokens the rollout inserted, e.g. tool outputs); old log-probs not yet known."""
         lens = [len(s.response_ids) for s in rows]
         return cls(prompt_ids=[s.prompt_ids for s in rows], response_ids=[s.response_ids for s in rows],
-                   response_masks=[row_mask[i].expand(n) for i, n in enumerate(lens)],
+                   response_masks=[row_mask[i] * torch.tensor(s.trained_mask(), dtype=row_mask.dtype)
+                                   if s.loss_mask is not None else row_mask[i].expand(n)
+                                   for i, (s, n) in enumerate(zip(rows, lens))],
                    advantages=[advantages[i].expand(n) for i, n in enumerate(lens)],
                    old_log_probs=[None] * len(rows), action_masks=[s.action_mask for s in rows])
 

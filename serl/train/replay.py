@@ -35,14 +35,15 @@ def store_replay_rows(buf: Optional[ReplayBuffer], table: StepTable, adv: torch.
                       old_lp: list[torch.Tensor], step: int, metrics: dict[str, float]) -> None:
     """``remove_old`` then admit this step's rows with a positive advantage. Each row of ``table``
     is offered with its behaviour log-probs ``old_lp`` (``[resp_len]`` each), its token advantages
-    (estimator output ``adv`` ``[rows]`` × response mask after the filters, before SERL's
-    weights) and its score. No-op without a buffer."""
+    (estimator output ``adv`` ``[rows]`` × response mask after the filters × the row's
+    :meth:`~serl.trajectory.Step.trained_mask`, before SERL's weights) and its score. No-op
+    without a buffer."""
     if buf is None:
         return
     scores = table.scores
     offered = []
     for i, s in enumerate(table.rows):
-        mask = torch.full((len(s.response_ids),), float(table.row_mask[i]))
+        mask = float(table.row_mask[i]) * torch.tensor(s.trained_mask(), dtype=torch.float32)
         offered.append(ReplayRow(
             prompt_ids=torch.tensor(s.prompt_ids, dtype=torch.long),
             response_ids=torch.tensor(s.response_ids, dtype=torch.long),
