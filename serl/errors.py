@@ -15,6 +15,8 @@ Where each is raised:
 - :class:`JudgeError` — the LLM judge could not be reached or answered badly, and
   ``algorithm.serl.judge_request_strict`` is on.
 - :class:`DataDownloadError` — a data set could not be downloaded or unpacked.
+- :class:`SandboxError` — the code sandbox cannot be used as configured (isolation required but
+  unavailable, a bad option, used after close); never for what the executed code does.
 """
 
 from __future__ import annotations
@@ -77,3 +79,9 @@ class JudgeError(SerlError, RuntimeError):
 class DataDownloadError(SerlError, RuntimeError):
     """A data set could not be downloaded or unpacked; the message says what failed and what to
     do instead."""
+
+
+class SandboxError(SerlError, RuntimeError):
+    """The sandbox cannot be used as configured: isolation was required but is not available on
+    this machine, an option is invalid, or the sandbox was used after ``close``. Never raised
+    for what the executed code does (that is a :class:`serl.sandbox.ExecutionResult`)."""

@@ -37,7 +37,7 @@ LAYERS = [
     "serl.trajectory",
     "serl.envs",
 ]
-LEAVES = ["serl.errors", "serl.utils", "serl.config"]
+LEAVES = ["serl.errors", "serl.utils", "serl.config", "serl.sandbox"]
 
 
 @pytest.fixture(scope="module")
