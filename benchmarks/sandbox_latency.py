@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import threading
@@ -28,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from serl.sandbox import LocalSandbox, SandboxFusionSandbox
+from serl.utils import cpu_model
 
 PROGRAMS = {
     "print": "print('hello')",
@@ -38,17 +38,6 @@ PROGRAMS = {
 FUSION_PROGRAMS = {"print": PROGRAMS["print"],
                    "arithmetic": PROGRAMS["arithmetic"].replace("sqrt(total)", "total ** 0.5")
                    .replace("factorial(12)", "479001600")}
-
-
-def cpu_model() -> str:
-    """The CPU model name (``/proc/cpuinfo``), or the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass  # not Linux: fall back below
-    return platform.processor() or "unknown"
 
 
 def measure(box, code: str, n: int, warmup: int = 3) -> dict[str, float]:

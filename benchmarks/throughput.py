@@ -51,9 +51,7 @@ import copy
 import functools
 import json
 import os
-import platform
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,17 +72,7 @@ from serl.train.batch import UpdateBatch, response_logprobs  # noqa: E402
 from serl.train.grad_ckpt import set_checkpointing  # noqa: E402
 from serl.train.trainer import Trainer  # noqa: E402
 from serl.trajectory import Step  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown"
+from serl.utils import cpu_model  # noqa: E402
 
 
 def load_rows(path: str | None, n: int, seed: int, shuffle: bool = True) -> list[Step]:

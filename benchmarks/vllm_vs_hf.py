@@ -26,8 +26,6 @@ import argparse
 import copy
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 
@@ -44,22 +42,13 @@ from serl.agent.prompts import get_prompt_builder  # noqa: E402
 from serl.models.loading import SMOLLM2_ALIAS, load_causal_lm, load_tokenizer, pick_dtype, resolve_model_path  # noqa: E402
 from serl.rollout.collector import build_step_prompt  # noqa: E402
 from serl.rollout.engine import HFEngine, SamplingParams, make_engine, sample  # noqa: E402
+from serl.utils import cpu_model  # noqa: E402
 
 OBS = ("You arrive at countertop 1. On the countertop 1, you see a apple 1, a bread 1, a butterknife 2, a "
        "cellphone 1, a creditcard 1, a egg 2, a fork 1, a knife 1, a lettuce 1, a mug 2, a peppershaker 1, a "
        "plate 1, a potato 1, a soapbottle 1, a spatula 1, a spoon 2, and a tomato 1.")
 ACTIONS = ["go to cabinet 1", "go to countertop 1", "open fridge 1", "take apple 1 from countertop 1",
            "go to microwave 1", "examine countertop 1", "inventory", "look"]
-
-
-def cpu_model() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown"
 
 
 def alfworld_prompts(tokenizer, n: int, target_len: int, offset: int = 0) -> list[list[int]]:

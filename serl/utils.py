@@ -61,3 +61,26 @@ def configure_cpu_threads(num_threads: int | None) -> int:
     n = num_threads or os.cpu_count() or 1
     torch.set_num_threads(n)
     return n
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (e.g. ``"AMD EPYC"``), or the platform's
+    machine string where that file is absent (macOS, Windows)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass  # no /proc: fall back to the platform string below
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_kind() -> str:
+    """The CPU model and the instruction set torch's CPU kernels use here, e.g.
+    ``"AMD EPYC (torch CPU capability AVX512)"``: what a time or a dtype choice depends on."""
+    import torch
+
+    return f"{cpu_model()} (torch CPU capability {torch.backends.cpu.get_cpu_capability()})"

@@ -19,7 +19,6 @@ Regenerate the pinned file only when a change of results is intended, and say so
 from __future__ import annotations
 
 import json
-import platform
 import sys
 from pathlib import Path
 
@@ -74,15 +73,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def machine() -> str:
-    """The CPU model and torch's CPU capability (the kernels' ISA), e.g. ``AMD EPYC, AVX512``."""
-    import torch
+    """The CPU model and torch's CPU capability (the kernels' ISA): :func:`serl.utils.cpu_kind`."""
+    from serl.utils import cpu_kind
 
-    model = platform.machine()
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
+    return cpu_kind()
 
 
 def main() -> None:

@@ -69,7 +69,7 @@ from serl.train.state import TaskSampler, TrainState
 from serl.train.teacher_log import TeacherLogWriter, TraceWriter, write_iteration_trace
 from serl.train.update import PolicyUpdate, make_adamw
 from serl.trajectory import write_jsonl
-from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
+from serl.utils import atomic_write_text, configure_cpu_threads, cpu_kind, set_seed
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,10 @@ class Trainer:
         self.engine, engine_name = make_engine(cfg.rollout.engine, m.rollout_model, m.tokenizer,
                                                cfg.rollout.micro_batch_size, self.device, **self._engine_options())
         print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {self.device})",
+              file=sys.stderr)
+        where = cpu_kind() if self.device == "cpu" else f"{self.device}, {torch.cuda.get_device_name()}"
+        print(f"serl: {where}; rollout/teacher dtype {str(m.infer_dtype).removeprefix('torch.')}, update "
+              f"{'float32' if m.autocast_dtype is None else str(m.autocast_dtype).removeprefix('torch.') + ' autocast'}",
               file=sys.stderr)
         self.scorer = Scorer(cfg, m.tokenizer.pad_token_id, self.device, self.dist, m.autocast)
         self.update = PolicyUpdate(cfg, m, train_model, optimizer, self.dist, self.grad_ckpt, self.scorer)
