@@ -9,7 +9,8 @@ owned by the registries that implement them, each with a ``check_config``:
 * :func:`serl.algos.filters.check_config`: ``rollout.rollout_filter_type``;
 * :func:`serl.algos.losses.check_config`: ``actor.policy_loss``, ``loss_agg_mode``, ``kl_loss_type``;
 * :func:`serl.algos.advantages.check_config`: ``algorithm.adv_estimator``, ``algorithm.gigpo.mode``,
-  ``algorithm.gigpo.similarity_backend``;
+  ``algorithm.gigpo.similarity_backend``; and (here) the estimator against the env's
+  ``row_layout``: GiGPO needs one row per env step;
 * :func:`serl.algos.spear.check_config`: ``algorithm.use_toolcall_reward``,
   ``algorithm.spear.trajectory_staleness_reference``;
 * :func:`serl.hindsight.modes.check_config`: ``algorithm.serl.sampling_mode``,
@@ -46,8 +47,20 @@ def _check_registries(cfg: Config) -> None:
     filters.check_config(cfg.rollout)
     losses.check_config(cfg.actor)
     advantages.check_config(cfg.algorithm)
+    _check_row_layout(cfg)
     spear.check_config(cfg.algorithm)
     modes.check_config(cfg.algorithm.serl)
+
+
+def _check_row_layout(cfg: Config) -> None:
+    """A step-row estimator (:data:`serl.algos.advantages.STEP_ROW_ESTIMATORS`: GiGPO) needs an env
+    whose rows are one per env step (:func:`serl.envs.base.row_layout`, read without importing the
+    env); raises :class:`ConfigError` otherwise."""
+    layout = env_base.row_layout(cfg.env.name)
+    if cfg.algorithm.adv_estimator in advantages.STEP_ROW_ESTIMATORS and layout != "step":
+        raise ConfigError(f"algorithm.adv_estimator: {cfg.algorithm.adv_estimator} needs one row per env step (its "
+                          f"step groups are anchor states), but env {cfg.env.name!r} trains one row per trajectory; "
+                          "use grpo, drgrpo, rloo or reinforce_plus_plus_baseline")
 
 
 def check_config(cfg: Config) -> None:

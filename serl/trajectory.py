@@ -128,6 +128,14 @@ class Trajectory:
     def length(self) -> int:
         return len(self.steps)
 
+    @property
+    def num_tool_calls(self) -> int:
+        """Tool calls of the episode as SPEAR's tool-call bonus counts them: ``extra["tool_calls"]``
+        when the rollout loop recorded it (the math env's tool loop: tool-calling assistant
+        turns whose call parsed), else the number of steps (in ALFWorld and WebShop every env
+        step is one tool call, as SPEAR's verl-agent reward manager counts them)."""
+        return int(self.extra.get("tool_calls", len(self.steps)))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["task"] = asdict(self.task)

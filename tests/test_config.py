@@ -224,7 +224,7 @@ def test_config_from_yaml_validates_too():
 
 
 def test_unknown_env_name_fails_at_load_config_with_the_valid_names():
-    with pytest.raises(ConfigError, match=r"^env\.name: unknown env 'nope'; valid: \['alfworld', 'webshop'\]"):
+    with pytest.raises(ConfigError, match=r"^env\.name: unknown env 'nope'; valid: \['alfworld', 'math', 'webshop'\]"):
         load_config(None, ["env.name=nope"])
 
 

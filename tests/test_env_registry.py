@@ -93,7 +93,7 @@ def test_algos_never_import_config_at_run_time():
 
 
 def test_unknown_name_lists_the_valid_names():
-    with pytest.raises(ConfigError, match=r"unknown env 'nope'; valid: \['alfworld', 'webshop'\]"):
+    with pytest.raises(ConfigError, match=r"unknown env 'nope'; valid: \['alfworld', 'math', 'webshop'\]"):
         get_env_class("nope")
     from serl.agent.prompts import get_prompt_builder
 
@@ -222,3 +222,15 @@ def test_task_types_must_be_names():
 
     with pytest.raises(ConfigError, match="env.task_types"):
         load_config("cpu", ["env.task_types=['']"])
+
+
+def test_register_env_row_layout_is_read_without_importing_the_env(monkeypatch):
+    monkeypatch.setattr(base, "ENV_ENTRY_POINTS", dict(base.ENV_ENTRY_POINTS))
+    monkeypatch.setattr(base, "ENV_ROW_LAYOUTS", dict(base.ENV_ROW_LAYOUTS))
+    assert base.row_layout("math") == "trajectory" and base.row_layout("alfworld") == "step"
+    register_env("toolgame", "serl_no_such_module_xyz:Env", row_layout="trajectory")
+    assert base.row_layout("toolgame") == "trajectory"  # the module was never imported
+    register_env("toolgame", "serl_no_such_module_xyz:Env")
+    assert base.row_layout("toolgame") == "step"
+    with pytest.raises(ConfigError, match="row_layout must be one of"):
+        register_env("bad", "a:B", row_layout="turn")

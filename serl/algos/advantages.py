@@ -42,6 +42,11 @@ def get_advantage_fn(name: str) -> Callable:
     return ADVANTAGE_REGISTRY[name]
 
 
+#: estimators that need one row per env step (GiGPO: its step groups are anchor states, which a
+#: one-row-per-trajectory layout lacks); :func:`serl.configure.check_config` checks the env's layout
+STEP_ROW_ESTIMATORS = frozenset({"gigpo"})
+
+
 def check_config(alg: "AlgorithmConfig") -> None:
     """Check the ``algorithm`` names this module owns: ``adv_estimator`` (in the registry),
     ``gigpo.mode`` and ``gigpo.similarity_backend``. Called by :func:`serl.configure.check_config`.

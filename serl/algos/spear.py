@@ -62,12 +62,11 @@ def check_config(alg: "AlgorithmConfig") -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def toolcall_bonus(episode_length: int, global_step: int, mode: str, max_toolcall_steps: int) -> float:
+def toolcall_bonus(num_tool_calls: int, global_step: int, mode: str, max_toolcall_steps: int) -> float:
     """Intrinsic tool-call reward of one trajectory (``algorithm.use_toolcall_reward``;
     ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/agent_system/reward_manager/episode.py``).
 
-    ``bonus_raw = min(1, 0.1 · L)`` (each env interaction counts as one tool call; it
-    saturates at 10 turns), then
+    ``bonus_raw = min(1, 0.1 · k)``, ``k`` the trajectory's tool calls (it saturates at 10), then
 
     - ``none``: 0;
     - ``constant``: ``bonus_raw``;
@@ -76,10 +75,13 @@ def toolcall_bonus(episode_length: int, global_step: int, mode: str, max_toolcal
 
     The trainer adds it to the episode reward of *every* step row of the trajectory (so it
     enters the GRPO/GiGPO episode advantage, the std filter and the replay rewards), never to
-    GiGPO's step returns.
+    GiGPO's step returns. It is added to correct and wrong answers alike (SPEAR's math reward
+    ``…posneg_decay``, ``TencentYoutuResearch/SPEAR@7e84315:verl/recipe/spear/reward.py``).
 
     Args:
-        episode_length: ``L``, number of env steps the trajectory took while active (>= 0).
+        num_tool_calls: ``k`` >= 0: in ALFWorld and WebShop every env step (SPEAR's verl-agent
+            counts each env interaction as one call); in math the tool-calling assistant turns
+            whose call parsed (:attr:`serl.trajectory.Trajectory.num_tool_calls`).
         global_step: ``t`` >= 0.
         mode: ``none`` | ``constant`` | ``cosine``.
         max_toolcall_steps: ``T`` > 0 (only read by ``cosine``).
@@ -88,16 +90,16 @@ def toolcall_bonus(episode_length: int, global_step: int, mode: str, max_toolcal
         The bonus in reward units, in [0, 1].
 
     Raises:
-        ValueError: unknown mode, negative ``global_step`` / ``episode_length``, or ``T <= 0``
+        ValueError: unknown mode, negative ``global_step`` / ``num_tool_calls``, or ``T <= 0``
             with ``cosine``.
     """
     if mode not in TOOLCALL_MODES:
         raise ValueError(f"algorithm.use_toolcall_reward: unknown mode {mode!r}; valid: {list(TOOLCALL_MODES)}")
-    if episode_length < 0 or global_step < 0:
-        raise ValueError(f"episode_length and global_step must be >= 0, got {episode_length}, {global_step}")
+    if num_tool_calls < 0 or global_step < 0:
+        raise ValueError(f"num_tool_calls and global_step must be >= 0, got {num_tool_calls}, {global_step}")
     if mode == "none":
         return 0.0
-    raw = min(1.0, 0.1 * episode_length)
+    raw = min(1.0, 0.1 * num_tool_calls)
     if mode == "constant":
         return raw
     if max_toolcall_steps <= 0:
@@ -409,7 +411,11 @@ class ReplayBuffer:
            ``baseline_buffer_size`` group means are stored (so the history may exceed the size
            by one step's groups, as the original).
         2. Rows whose :meth:`ReplayRow.row_advantage` is ``> score_threshold`` are stored (as
-           detached CPU copies) as one entry tagged ``global_step``.
+           detached CPU copies) as one entry tagged ``global_step``; a row that records its tool
+           calls (``extra["tool_calls"]``, the math env's rows) also needs >= 1 of them, as
+           SPEAR's math trainer admits only samples whose messages hold a tool call
+           (``TencentYoutuResearch/SPEAR@7e84315:verl/verl/trainer/ppo/ray_trainer_hybrid.py``,
+           ``TrajectoryBufferBatch.update_batch``; commented out in its verl-agent tree).
 
         Args:
             rows: the step rows of this training step, after the filters (the std filter's
@@ -431,7 +437,8 @@ class ReplayBuffer:
                 self.reward_std_history.pop(0)
             self.reward_mean_history.append((int(global_step), means))
             self.reward_std_history.append((int(global_step), stds))
-        admitted = [_stored_copy(r, global_step) for r in rows if r.row_advantage() > self.score_threshold]
+        admitted = [_stored_copy(r, global_step) for r in rows
+                    if r.row_advantage() > self.score_threshold and int(r.extra.get("tool_calls", 1)) >= 1]
         if admitted:
             self.entries.append((int(global_step), admitted))
         return {

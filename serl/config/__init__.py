@@ -40,6 +40,7 @@ from serl.config.model_env import (
     ModelConfig,
     ModelLoraConfig,
     RolloutConfig,
+    SandboxConfig,
 )
 from serl.config.recipes import (
     DEFAULT_RECIPE,
@@ -56,6 +57,6 @@ from serl.errors import ConfigError
 __all__ = [
     "DEFAULT_RECIPE", "DEVICES", "DTYPES", "ENV_POOLS", "LOGGERS", "RECIPE_DIR", "STRATEGIES",
     "ActorConfig", "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "EnvConfig", "EnvRolloutConfig",
-    "GiGPOConfig", "ModelConfig", "ModelLoraConfig", "RolloutConfig", "SFTConfig", "SerlConfig", "SpearConfig",
+    "GiGPOConfig", "ModelConfig", "ModelLoraConfig", "RolloutConfig", "SandboxConfig", "SFTConfig", "SerlConfig", "SpearConfig",
     "TrainerConfig", "config_to_dict", "parse_config", "parse_config_yaml", "recipe_path", "to_yaml",
 ]

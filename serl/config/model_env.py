@@ -111,6 +111,46 @@ class EnvRolloutConfig:
 
 
 @dataclass
+class SandboxConfig:
+    """Where model-written code runs (envs with a code tool: ``env.name=math``). Threat model and
+    defaults: ``docs/sandbox.md``; the backends are :mod:`serl.sandbox` (its registry checks
+    ``backend``)."""
+
+    #: local (a subprocess per program, isolated in its own namespaces where the machine allows)
+    #: | sandbox_fusion (an HTTP SandboxFusion server at ``url``, as SPEAR's math runs)
+    backend: str = "local"
+    #: wall-clock seconds per program (SPEAR: 30 with SandboxFusion; CPU default 5)
+    timeout_s: float = 5.0
+    #: memory limit in MiB (local: RLIMIT_AS; SandboxFusion: ``memory_limit_MB``; SPEAR 1024)
+    memory_mb: int = 512
+    #: local only: CPU seconds (RLIMIT_CPU) and the largest file a program may write (MiB)
+    cpu_s: int = 5
+    file_size_mb: int = 1
+    #: local only: bytes of stdout and of stderr kept per program
+    max_output_bytes: int = 65536
+    #: programs at once per env worker process; 0 = the backend's default (local: CPU cores)
+    max_concurrency: int = 0
+    #: local only: code run before each program: math (``from math import *``, the CPU default)
+    #: | spear (the imports of SPEAR's wrapper) | spear_numpy (and ``import numpy as np``) | none
+    prelude: str = "math"
+    #: local only: refuse to start unless programs run in their own network, pid, user and mount
+    #: namespaces with a read-only file system (else serl warns once and runs them unisolated)
+    require_isolation: bool = False
+    #: sandbox_fusion only: the server's ``run_code`` URL, e.g. ``http://127.0.0.1:8080/run_code``
+    url: str = ""
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``env.sandbox.<key>`` for a value out of range;
+        ``backend`` and ``prelude`` are checked by the math env's config check."""
+        for key in ("timeout_s", "memory_mb", "cpu_s", "file_size_mb", "max_output_bytes"):
+            v = getattr(self, key)
+            _check(isinstance(v, (int, float)) and math.isfinite(v) and v > 0, f"env.sandbox.{key}",
+                   f"must be > 0, got {v!r}")
+        _check(self.max_concurrency >= 0, "env.sandbox.max_concurrency",
+               f"must be >= 0 (0 = the backend's default), got {self.max_concurrency}")
+
+
+@dataclass
 class EnvConfig:
     """The environment and its task splits."""
 
@@ -146,6 +186,13 @@ class EnvConfig:
     #: ``text_rich``, WebShop's marked-up mode) and ``task_prices`` (a JSON file path, or a
     #: mapping, of explicit per-task ``price_upper`` / ``price``; see the README's WebShop part)
     webshop: dict = field(default_factory=dict)
+    #: math options (``env.name=math``), checked by ``serl.envs.math.options``: ``prompt_style``,
+    #: ``scorer``, ``max_turns``, ``max_turn_tokens``, ``tool_response_max_chars``,
+    #: ``tool_response_truncate_side``, ``tool_message_mode``, ``malformed_call_feedback``
+    #: (docs/math.md lists each with its default and the original's value)
+    math: dict = field(default_factory=dict)
+    #: the code sandbox of envs with a code tool (``env.name=math``)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     #: train and evaluate only on these task types (ALFWorld: the task-folder prefixes, e.g.
     #: ``[look_at_obj_in_light, pick_and_place_simple]``); empty = every type
     task_types: list = field(default_factory=list)
@@ -167,6 +214,7 @@ class EnvConfig:
         _check(all(isinstance(t, str) and t for t in self.task_types), "env.task_types",
                f"must be a list of task-type names, got {self.task_types!r}")
         _check(self.eval_num_tasks >= -1, "env.eval_num_tasks", f"must be >= 0 or -1 (= all), got {self.eval_num_tasks}")
+        self.sandbox.validate()
 
 
 @dataclass
@@ -214,6 +262,11 @@ class RolloutConfig:
     #: ``OliverLeeXZ/SERL@5a2a85b``)
     val_temperature: float = 0.4
     val_do_sample: bool = True
+    #: evaluation top-p; null = ``top_p`` (SPEAR's math validation: 0.6, verl's ``val_kwargs.top_p``)
+    val_top_p: Optional[float] = None
+    #: evaluation samples per task (verl's ``val_kwargs.n``; SPEAR's math: 32): with n > 1,
+    #: ``serl eval`` and ``trainer.test_freq`` also report mean@n, best@k, maj@k and pass@k
+    val_n: int = 1
     #: prompts per ``generate`` call (bounded by memory)
     micro_batch_size: int = 32
     #: Dr.BoT group std filter (SPEAR, arXiv 2509.22601): keep this share of groups (1.0 = off) ...
@@ -234,6 +287,9 @@ class RolloutConfig:
                "rollout.val_temperature", f"must be finite and > 0 when sampling (rollout.val_do_sample=true; "
                f"false = greedy), got {self.val_temperature}")
         _check(0.0 < self.top_p <= 1.0, "rollout.top_p", f"must be in (0, 1], got {self.top_p}")
+        _check(self.val_top_p is None or 0.0 < self.val_top_p <= 1.0, "rollout.val_top_p",
+               f"must be in (0, 1] or null (= rollout.top_p), got {self.val_top_p}")
+        _check(self.val_n >= 1, "rollout.val_n", f"must be >= 1, got {self.val_n}")
         _check(self.top_k >= -1, "rollout.top_k", f"must be >= 1, or -1 / 0 (= off), got {self.top_k}")
         _check(self.micro_batch_size >= 1, "rollout.micro_batch_size", "must be >= 1")
         _check(0.0 < self.rollout_filter_ratio <= 1.0, "rollout.rollout_filter_ratio", "must be in (0, 1]")

@@ -133,6 +133,10 @@ class BaseTextEnv:
     prompt_builder: str = ""
     #: the env's own episode step limit (its constructor's default; ALFWorld 50, WebShop 15)
     default_max_steps: int = 50
+    #: ``"module:Class"`` of the rollout loop that plays this env (resolved by the trainer, never
+    #: imported here): the step-row loop of verl-agent by default; the math env's tool loop
+    #: (``serl.rollout.tool_loop:ToolAgentLoop``) builds one multi-turn row per trajectory
+    rollout_loop: str = "serl.rollout.collector:Collector"
 
     @classmethod
     def config_kwargs(cls, env_cfg: "EnvConfig") -> dict[str, Any]:
@@ -154,6 +158,13 @@ class BaseTextEnv:
         return cls.list_tasks(split, env_cfg.data_dir)  # type: ignore[attr-defined]
 
     @classmethod
+    def preflight(cls, env_cfg: "EnvConfig") -> dict[str, str]:
+        """Checks run once in the training process before any env worker starts, returning notes
+        for the console and the run folder (``{}`` by default; the math env builds its sandbox
+        and reports the isolation it has). Raise to stop the run with a clear message."""
+        return {}
+
+    @classmethod
     def episode_metrics(cls, trajectories: Sequence[Any]) -> dict[str, float]:
         """Env-specific evaluation metrics of finished episodes (none by default).
         ``trajectories`` are :class:`serl.trajectory.Trajectory` records; typed ``Any`` here because
@@ -170,12 +181,20 @@ class BaseTextEnv:
 ENV_ENTRY_POINTS: dict[str, str] = {
     "alfworld": "serl.envs.alfworld:AlfWorldEnv",
     "webshop": "serl.envs.webshop.env:WebShopEnv",
+    "math": "serl.envs.math.env:MathEnv",
 }
+#: the training rows of each env's rollout loop, when not ``"step"`` (one row per env step,
+#: verl-agent's layout; GiGPO's anchor states need it): ``"trajectory"`` = one row per trajectory
+#: with tool outputs masked, as verl's agent loop. Read by the config check without importing
+#: the env; :func:`register_env` sets it
+ENV_ROW_LAYOUTS: dict[str, str] = {"math": "trajectory"}
+ROW_LAYOUTS = ("step", "trajectory")
 #: each env's check of its own options, as ``name -> "module:function"``; the function takes the
 #: ``env`` config section and raises :class:`ConfigError` naming the key (``env.webshop.<key>``).
 #: Kept light: a config check must not import the env itself. An env without one has none
 ENV_CONFIG_CHECKS: dict[str, str] = {
     "webshop": "serl.envs.webshop.options:check_config",
+    "math": "serl.envs.math.options:check_config",
 }
 
 
@@ -204,7 +223,7 @@ def load_entry_point(entry_point: str) -> Any:
 
 
 def register_env(name: str, entry_point: "str | type | None" = None,
-                 config_check: "str | None" = None) -> Callable[[type], type]:
+                 config_check: "str | None" = None, row_layout: str = "step") -> Callable[[type], type]:
     """Register an environment under ``name`` (as gymnasium's ``register(id, entry_point=...)``).
 
     ``register_env("mygame", "my_pkg.envs:MyGameEnv")`` registers by entry point: the module is
@@ -219,18 +238,24 @@ def register_env(name: str, entry_point: "str | type | None" = None,
     :func:`check_config` when a config names this env, imported only then (keep its module
     light: no env engine, no search index).
 
+    ``row_layout``: the rows the env's ``rollout_loop`` produces, ``"step"`` or ``"trajectory"``
+    (:data:`ENV_ROW_LAYOUTS`).
+
     Raises:
-        ConfigError: an empty name, or an entry point or config check not of the form
-            ``module:Name``.
+        ConfigError: an empty name, an entry point or config check not of the form
+            ``module:Name``, or an unknown row layout.
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"env name must be a non-empty string, got {name!r}")
+    if row_layout not in ROW_LAYOUTS:
+        raise ConfigError(f"row_layout must be one of {list(ROW_LAYOUTS)}, got {row_layout!r}")
     if config_check is not None:
         _check_entry_point(config_check)
 
     def deco(cls: type) -> type:
         ENV_ENTRY_POINTS[name] = f"{cls.__module__}:{cls.__qualname__}"
         _set_config_check(name, config_check)
+        _set_row_layout(name, row_layout)
         _LOADED.pop(name, None)
         return cls
 
@@ -242,8 +267,22 @@ def register_env(name: str, entry_point: "str | type | None" = None,
         _check_entry_point(entry_point)
         ENV_ENTRY_POINTS[name] = entry_point
         _set_config_check(name, config_check)
+        _set_row_layout(name, row_layout)
         _LOADED.pop(name, None)
     return deco
+
+
+def _set_row_layout(name: str, row_layout: str) -> None:
+    if row_layout == "step":
+        ENV_ROW_LAYOUTS.pop(name, None)
+    else:
+        ENV_ROW_LAYOUTS[name] = row_layout
+
+
+def row_layout(name: str) -> str:
+    """The row layout of the env registered as ``name`` (:data:`ENV_ROW_LAYOUTS`; ``"step"`` by
+    default), without importing it."""
+    return ENV_ROW_LAYOUTS.get(name, "step")
 
 
 def _set_config_check(name: str, config_check: "str | None") -> None:

@@ -25,6 +25,8 @@ from serl.trajectory import Group, Step, Trajectory
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from serl.config import Config
+
     from serl.envs.pool import EnvPool
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,13 @@ class Collector:
         self.max_steps = max_steps
         self.max_prompt_length = max_prompt_length
         self.last_metrics: dict[str, float] = {}
+
+    @classmethod
+    def from_config(cls, cfg: "Config", pool: "EnvPool", engine: RolloutEngine,
+                    tokenizer: "PreTrainedTokenizerBase") -> "Collector":
+        """The collector ``env.*`` and ``data.max_prompt_length`` describe."""
+        return cls(pool, engine, tokenizer, cfg.env.name, cfg.env.history_length, cfg.env.max_steps,
+                   cfg.data.max_prompt_length)
 
     # ------------------------------------------------------------------ prompts
     def chat_ids(self, user_text: str) -> list[int]:

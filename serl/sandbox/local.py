@@ -61,6 +61,8 @@ class LocalSandbox(BaseSandbox):
             ``"spear_numpy"``, ``"none"``).
         isolate: try namespaces (network, pid, user, mount); ``False`` runs unisolated.
         readonly_fs: with namespaces, also make everything but the work dir read-only.
+        warn_unisolated: log one warning per process when programs will run unisolated (an env
+            worker whose parent already said so at start-up passes False).
         require_isolation: raise :class:`SandboxError` at construction unless every isolation
             asked for (namespaces, and the read-only fs if ``readonly_fs``) works here.
         python: the interpreter of the child (default: this one).
@@ -75,7 +77,8 @@ class LocalSandbox(BaseSandbox):
     def __init__(self, *, timeout_s: float = 5.0, memory_mb: int = 512, cpu_s: int = 5, file_size_mb: int = 1,
                  max_open_files: int = 64, max_processes: int = 64, max_output_bytes: int = 64 * 1024,
                  max_concurrency: int | None = None, prelude: str = "math", isolate: bool = True,
-                 readonly_fs: bool = True, require_isolation: bool = False, python: str | None = None,
+                 readonly_fs: bool = True, require_isolation: bool = False, warn_unisolated: bool = True,
+                 python: str | None = None,
                  tmp_root: str | None = None):
         super().__init__(max_concurrency)
         if prelude not in PRELUDES:
@@ -98,7 +101,7 @@ class LocalSandbox(BaseSandbox):
             raise SandboxError("the local sandbox cannot isolate programs on this machine "
                                f"({self.isolation.reason}); use a machine where `unshare {' '.join(UNSHARE_FLAGS)}"
                                " -- true` works, the sandbox_fusion backend, or require_isolation=False")
-        if isolate and not self.isolation.namespaces and not _warned_unisolated.is_set():
+        if warn_unisolated and isolate and not self.isolation.namespaces and not _warned_unisolated.is_set():
             _warned_unisolated.set()
             log.warning("local sandbox: programs run WITHOUT isolation (network, files and processes of "
                         "this user are reachable): %s", self.isolation.reason)

@@ -1,14 +1,15 @@
 """The rollout phase of an iteration: :class:`TrainRollout` plays ``env.rollout.n`` episodes of
 the iteration's tasks and prefetches the next iteration's env resets.
 
-The turn loop itself (prompts, sampling, parsing, env steps) is
-:class:`serl.rollout.collector.Collector`; the env pool is :mod:`serl.train.env_pool`.
+The turn loop itself (prompts, sampling, parsing, env steps) is the env's rollout loop
+(:func:`serl.train.env_pool.rollout_loop`: :class:`serl.rollout.collector.Collector` for step rows,
+:class:`serl.rollout.tool_loop.ToolAgentLoop` for the math env); the env pool is
+:mod:`serl.train.env_pool`.
 """
 
 from __future__ import annotations
 
 from serl.config import Config
-from serl.rollout.collector import Collector
 from serl.rollout.engine import SamplingParams
 from serl.train import env_pool
 from serl.train.distributed import Distributed
@@ -36,11 +37,12 @@ class TrainRollout:
         self.cfg, self.dist = cfg, dist
         self.num_envs = cfg.data.train_batch_size // dist.world_size * cfg.env.rollout.n  # this rank's envs
         self.pool = None
+        #: the last ``collect``'s loop metrics (``rollout/*``, and ``tool/*`` for tool use)
+        self.last_metrics: dict[str, float] = {}
 
-    def collector(self, pool, engine, tokenizer) -> Collector:
-        c = self.cfg
-        return Collector(pool, engine, tokenizer, c.env.name, c.env.history_length, c.env.max_steps,
-                         c.data.max_prompt_length)
+    def collector(self, pool, engine, tokenizer):
+        """The env's rollout loop (:func:`serl.train.env_pool.rollout_loop`)."""
+        return env_pool.rollout_loop(self.cfg, pool, engine, tokenizer)
 
     def collect(self, state: TrainState, engine, tokenizer, pbar=None) -> list[Group]:
         """Play ``env.rollout.n`` episodes of ``data.train_batch_size`` tasks; returns the groups
@@ -59,11 +61,13 @@ class TrainRollout:
 
         def progress(step, active):
             if pbar is not None:
-                pbar.set_postfix_str(f"rollout step {step}/{c.env.max_steps}, {active} active")
+                pbar.set_postfix_str(f"rollout turn {step}, {active} active")
 
         # N > 1: this rank plays its share of the groups; then every rank holds all of them
-        groups = self.collector(self.pool, engine, tokenizer).collect(
-            self.dist.share(tasks), c.env.rollout.n, train_sampling(c), progress, reset_results=reset_results)
+        loop = self.collector(self.pool, engine, tokenizer)
+        groups = loop.collect(self.dist.share(tasks), c.env.rollout.n, train_sampling(c), progress,
+                              reset_results=reset_results)
+        self.last_metrics = dict(loop.last_metrics)
         groups = self.dist.gather(groups)
         if state.iteration + 1 < c.trainer.total_training_steps:
             nxt = state.prefetch_tasks(c.data.train_batch_size)

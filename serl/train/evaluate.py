@@ -8,7 +8,6 @@ from typing import Any, Optional
 
 from serl.config import Config
 from serl.envs.base import Task, get_env_class
-from serl.rollout.collector import Collector
 from serl.rollout.engine import SamplingParams
 from serl.train import env_pool
 from serl.train.metrics import success_by_type
@@ -34,11 +33,11 @@ def eval_subset(tasks: list[Task], num_tasks: Optional[int]) -> list[Task]:
 
 
 def eval_sampling(cfg: Config, greedy: bool = False, seed: Optional[int] = None) -> SamplingParams:
-    """Evaluation sampling: ``rollout.val_temperature`` (sampled when ``rollout.val_do_sample``,
-    else greedy), or greedy; seeded with ``seed``."""
+    """Evaluation sampling: ``rollout.val_temperature`` and ``val_top_p`` (sampled when
+    ``rollout.val_do_sample``, else greedy), or greedy; seeded with ``seed``."""
     r = cfg.rollout
     return SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=r.val_temperature,
-                          top_p=r.top_p, top_k=r.top_k, do_sample=r.val_do_sample and not greedy, seed=seed)
+                          top_p=r.top_p if r.val_top_p is None else r.val_top_p, top_k=r.top_k, do_sample=r.val_do_sample and not greedy, seed=seed)
 
 
 def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int = -1, greedy: bool = False,
@@ -58,8 +57,7 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
     trajs: list[Trajectory] = []
     pool = env_pool.make_pool(cfg, chunk)
     try:
-        collector = Collector(pool, engine, tokenizer, cfg.env.name, cfg.env.history_length, cfg.env.max_steps,
-                              cfg.data.max_prompt_length)
+        collector = env_pool.rollout_loop(cfg, pool, engine, tokenizer)
         with tqdm(total=len(tasks), desc=f"serl eval {split}", unit="task", disable=not progress,
                   file=sys.stderr, dynamic_ncols=True) as bar:
             for k in range(0, len(tasks), chunk):
@@ -67,7 +65,7 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
                 padded = part + [part[-1]] * (chunk - len(part))  # the pool has a fixed size
 
                 def step_progress(step, active, _bar=bar):
-                    _bar.set_postfix_str(f"step {step}/{cfg.env.max_steps}, {active} active")
+                    _bar.set_postfix_str(f"turn {step}, {active} active")
 
                 params = eval_sampling(cfg, greedy, None if seed is None else seed + k)
                 groups = collector.collect(padded, 1, params, step_progress)

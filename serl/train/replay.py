@@ -36,18 +36,22 @@ def store_replay_rows(buf: Optional[ReplayBuffer], table: StepTable, adv: torch.
     """``remove_old`` then admit this step's rows with a positive advantage. Each row of ``table``
     is offered with its behaviour log-probs ``old_lp`` (``[resp_len]`` each), its token advantages
     (estimator output ``adv`` ``[rows]`` × response mask after the filters × the row's
-    :meth:`~serl.trajectory.Step.trained_mask`, before SERL's weights) and its score. No-op
-    without a buffer."""
+    :meth:`~serl.trajectory.Step.trained_mask`, before SERL's weights) and its score; a row that
+    records its tool calls (``Step.info["tool_calls"]``, the math env) carries them, so the buffer
+    admits it only with >= 1 call (SPEAR's math recipe). No-op without a buffer."""
     if buf is None:
         return
     scores = table.scores
     offered = []
     for i, s in enumerate(table.rows):
         mask = float(table.row_mask[i]) * torch.tensor(s.trained_mask(), dtype=torch.float32)
+        extra = {"action_mask": torch.tensor(s.action_mask, dtype=torch.float32)}
+        if "tool_calls" in s.info:
+            extra["tool_calls"] = int(s.info["tool_calls"])
         offered.append(ReplayRow(
             prompt_ids=torch.tensor(s.prompt_ids, dtype=torch.long),
             response_ids=torch.tensor(s.response_ids, dtype=torch.long),
             response_mask=mask, old_log_probs=old_lp[i], advantages=float(adv[i]) * mask,
             reward=float(scores[i]), uid=table.uids[i], traj_uid=table.traj_uids[i],
-            extra={"action_mask": torch.tensor(s.action_mask, dtype=torch.float32)}))
+            extra=extra))
     metrics.update(buf.update(offered, step))

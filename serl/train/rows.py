@@ -26,8 +26,9 @@ from serl.trajectory import Group, iter_steps
 def step_table(groups: list[Group], step: int, cfg: Config) -> StepTable:
     """Every step row of ``groups`` (``iter_steps`` order) with its scalars, before any filter.
 
-    * ``score_raw`` = episode reward + ``toolcall_bonus(L, step)`` of the row's trajectory
-      (SPEAR, arXiv 2509.22601; 0 with ``algorithm.use_toolcall_reward=none``);
+    * ``score_raw`` = episode reward + ``toolcall_bonus(k, step)`` of the row's trajectory, ``k`` =
+      :attr:`~serl.trajectory.Trajectory.num_tool_calls` (SPEAR, arXiv 2509.22601; 0 with
+      ``algorithm.use_toolcall_reward=none``);
     * ``penalty`` = ``actor.invalid_action_penalty_coef`` on a malformed action (as verl-agent);
     * ``step_returns`` = GiGPO's discounted ``R_t`` with ``algorithm.gamma`` from the raw env
       rewards — here, before the std filter can drop a trajectory's rewarded last step
@@ -44,7 +45,8 @@ def step_table(groups: list[Group], step: int, cfg: Config) -> StepTable:
     rows = []
     for g, t, s in iter_steps(groups):
         if t.traj_uid not in bonus_of:
-            bonus_of[t.traj_uid] = toolcall_bonus(t.length, step, alg.use_toolcall_reward, alg.max_toolcall_steps)
+            bonus_of[t.traj_uid] = toolcall_bonus(t.num_tool_calls, step, alg.use_toolcall_reward,
+                                                  alg.max_toolcall_steps)
         rows.append(s)
         uids.append(g.uid)
         traj_uids.append(t.traj_uid)

@@ -55,6 +55,7 @@ from serl.train.batch import UpdateBatch
 from serl.train.checkpoint import load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state, save_checkpoint, set_rng_state
 from serl.train.collect import TrainRollout
 from serl.train.distributed import WORLD_SIZE_KEY, Distributed, check_checkpoint_world_size
+from serl.train import env_pool
 from serl.train.env_pool import list_tasks
 from serl.train.evaluate import evaluate_policy
 from serl.train.grad_ckpt import GradCheckpointing
@@ -72,6 +73,22 @@ from serl.trajectory import write_jsonl
 from serl.utils import atomic_write_text, configure_cpu_threads, cpu_kind, set_seed
 
 log = logging.getLogger(__name__)
+
+
+def sampled_token_log_probs(rows, trainer_log_probs):
+    """``(engine, trainer)`` log-probs of the tokens the engine sampled, row by row, for
+    :func:`~serl.rollout.engine.logprob_gap_metrics`: a row with a ``loss_mask`` (tool outputs in
+    it) keeps only its mask-1 positions; a row without engine log-probs gives ``None``."""
+    eng, tr = [], []
+    for s, lp in zip(rows, trainer_log_probs):
+        if s.loss_mask is None or s.rollout_log_probs is None or lp is None:
+            eng.append(s.rollout_log_probs)
+            tr.append(lp)
+            continue
+        keep = torch.tensor(s.trained_mask(), dtype=torch.bool)
+        eng.append([x for x, m in zip(s.rollout_log_probs, s.loss_mask) if m])
+        tr.append(lp.reshape(-1)[keep])
+    return eng, tr
 
 
 def default_run_name(cfg: Config) -> str:
@@ -172,7 +189,7 @@ class Trainer:
         # ---- 1. rollout (the next iteration's env resets start in the background)
         groups = self.rollout.collect(st, self.engine, m.tokenizer, pbar)
         timing = {"timing/rollout_s": time.time() - t0}
-        metrics: dict[str, float] = rollout_metrics(groups)
+        metrics: dict[str, float] = {**rollout_metrics(groups), **self.rollout.last_metrics}
 
         # ---- 2. rows: scores, step returns, Dr.BoT response filters, group std filter
         table = filter_rows(step_table(groups, step, cfg), cfg, st.generator, metrics)
@@ -199,7 +216,7 @@ class Trainer:
             pbar.set_postfix_str(f"update on {len(batch)} step rows" + (f" + {len(replay)} replay rows" if replay else ""))
         metrics.update(self.update.run(batch, replay, step))
         timing["timing/update_s"] = time.time() - t2
-        metrics.update(logprob_gap_metrics([s.rollout_log_probs for s in table.rows], batch.old_log_probs))
+        metrics.update(logprob_gap_metrics(*sampled_token_log_probs(table.rows, batch.old_log_probs)))
 
         # ---- 7. SPEAR: drop stale entries, admit this step's positive-advantage rows; the trace
         store_replay_rows(st.replay_buffer, table, adv, batch.old_log_probs, step, metrics)
@@ -267,6 +284,9 @@ class Trainer:
         configure_cpu_threads(cfg.trainer.num_threads)
         set_seed(cfg.seed)
         self.device = pick_device(cfg.trainer.device)
+        env_notes = env_pool.preflight(cfg)  # e.g. the math env's sandbox: fails before any model loads
+        for k, v in env_notes.items():
+            print(f"serl: {k}: {v.splitlines()[0]}", file=sys.stderr)
         self.models = m = load_models(cfg, self.device)
         sharing = self.dist.world_size if self.device == "cpu" else 1  # ranks sharing the RAM, or one GPU each
         self.grad_ckpt = GradCheckpointing(m.policy, cfg.model.gradient_checkpointing, cfg.trainer.activation_memory_gb,
@@ -299,6 +319,8 @@ class Trainer:
         if not resume and self.dist.is_main:  # every start-up check passed: now the folder may exist
             self._run_lock = create_run_dir(self.run_dir, cfg.trainer.overwrite)
             atomic_write_text(self.run_dir / "config.yaml", to_yaml(cfg))
+        if env_notes and self.dist.is_main:  # what the env's start-up checks found (sandbox isolation)
+            atomic_write_text(self.run_dir / "env_preflight.txt", "".join(f"[{k}]\n{v.rstrip()}\n" for k, v in env_notes.items()))
         sinks = cfg.trainer.logger if self.dist.is_main else []
         self.logger = MetricsLogger(self.run_dir, sinks, project=cfg.trainer.project_name,
                                     config=yaml.safe_load(to_yaml(cfg)) if "wandb" in sinks else None)

@@ -1,0 +1,237 @@
+"""The math env and its tool loop (serl.envs.math.env, serl.rollout.tool_loop): verl's tool agent
+loop rules (a)-(f) on scripted replies, a real sandbox and real env workers; the row it records;
+a training iteration on the tiny model; the config seams."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serl.agent.tool_calls import CODE_INTERPRETER_SCHEMA, format_tool_call
+from serl.agent.tool_chat import render_sft_conversation
+from serl.configure import load_config
+from serl.envs.base import Task, get_env_class, row_layout
+from serl.envs.math.env import MathEnv
+from serl.envs.pool import EnvPool
+from serl.errors import ConfigError, EnvError
+from serl.rollout.engine import SamplingParams
+from serl.rollout.tool_loop import MALFORMED_CALL_MESSAGE, ToolAgentLoop
+
+PARAMS = SamplingParams(max_new_tokens=64, temperature=1.0, do_sample=True)
+# GSM8K train row 0: 48 clips in April, half as many in May -> 72
+TASK = Task(env_name="math", task_id="gsm8k-train-00000", task_type="gsm8k")
+
+
+def call(code: str, name: str = "code_interpreter") -> str:
+    return "Let me compute.\n" + format_tool_call(name, {"code": code})
+
+
+class ScriptedMathEngine:
+    """Replies ``script[k]`` at the k-th assistant turn (k = the tool responses already in the
+    prompt; the last entry repeats), ``<|im_end|>`` appended unless the entry ends with ``...``."""
+
+    def __init__(self, tokenizer, script):
+        self.tok, self.script, self.calls = tokenizer, script, 0
+
+    def generate(self, prompts, params):
+        self.calls += 1
+        out = []
+        for p in prompts:
+            k = self.tok.decode(p).count("<tool_response>")
+            text = self.script[min(k, len(self.script) - 1)]
+            ids = self.tok(text.removesuffix("..."), add_special_tokens=False).input_ids
+            if not text.endswith("..."):
+                ids = ids + [self.tok.convert_tokens_to_ids("<|im_end|>")]
+            out.append(ids[: params.max_new_tokens])
+        return out
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = EnvPool("math", num_envs=2, num_workers=1, env_kwargs={"max_steps": 8, "sandbox": {
+        "backend": "local", "timeout_s": 2.0, "cpu_s": 2, "prelude": "math"}})
+    yield p
+    p.close()
+
+
+def run(pool, tokenizer, script, **kw):
+    kw = {"max_turns": 4, "response_length": 256, **kw}
+    loop = ToolAgentLoop(pool, ScriptedMathEngine(tokenizer, script), tokenizer, **kw)
+    groups = loop.collect([TASK], 2, PARAMS)
+    assert len(groups) == 1 and len(groups[0].trajectories) == 2
+    traj = groups[0].trajectories[0]
+    assert len(traj.steps) == 1  # one row per trajectory
+    return loop, traj, traj.steps[0]
+
+
+def test_answer_after_a_tool_call_is_one_row_with_tool_tokens_masked(pool, tokenizer):
+    code = "print(48 + 48 // 2)"
+    final = "April 48 and May 24, so \\boxed{72}"
+    loop, traj, s = run(pool, tokenizer, [call(code), final])
+    assert s.reward == 1.0 and s.won and traj.won
+    assert s.info["tool_calls"] == 1 and traj.num_tool_calls == 1
+    assert s.info["stop_reason"] == "answer" and s.info["tool_status"] == ["ok"]
+    assert s.info["num_turns"] == 4  # SPEAR: user turns (1) + assistant turns (2) + 1
+    # the row is exactly the SFT rendering of the same conversation (token in, token out)
+    msgs = [{"role": "user", "content": s.prompt},
+            {"role": "assistant", "content": "Let me compute.",
+             "tool_calls": [{"type": "function", "function": {"name": "code_interpreter", "arguments": {"code": code}}}]},
+            {"role": "tool", "content": "72"}, {"role": "assistant", "content": final}]
+    ids, mask = render_sft_conversation(tokenizer, msgs, [CODE_INTERPRETER_SCHEMA])
+    assert s.prompt_ids + s.response_ids == ids
+    assert [0] * len(s.prompt_ids) + s.loss_mask == mask
+    assert s.action_mask == s.loss_mask and s.trained_mask() == s.loss_mask
+    tool_text = tokenizer.decode([t for t, m in zip(s.response_ids, s.loss_mask) if m == 0])
+    assert "<tool_response>\n72\n</tool_response>" in tool_text
+    assert "72" not in tokenizer.decode([t for t, m in zip(s.response_ids, s.loss_mask) if m == 1]).split("\\boxed")[0]
+    m = loop.last_metrics
+    assert m["tool/executions"] == 2 and m["tool/status_ok"] == 2 and m["tool/trajectory_with_call_fraction"] == 1.0
+    assert m["rollout/stop_answer_fraction"] == 1.0
+
+
+def test_wrong_answer_and_no_box_score_minus_one(pool, tokenizer):
+    _, _, s = run(pool, tokenizer, ["I think it is \\boxed{71}"])
+    assert s.reward == -1.0 and not s.won and s.info["tool_calls"] == 0 and s.info["pred"] == "71"
+    _, _, s = run(pool, tokenizer, ["seventy-two"])
+    assert s.reward == -1.0 and s.info["pred"] is None
+    assert s.loss_mask == [1] * len(s.response_ids)  # one turn, all sampled
+
+
+def test_b_max_turns_stops_without_running_the_last_call(pool, tokenizer):
+    loop, traj, s = run(pool, tokenizer, [call("print(1)")], max_turns=2)
+    assert s.info["stop_reason"] == "max_turns"
+    assert s.info["tool_calls"] == 1 and s.info["tool_status"] == ["ok"]  # the 2nd turn is not parsed
+    assert s.info["assistant_turns"] == 2
+    assert s.response_ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>")  # nothing after the last turn
+
+
+def test_a_budget_cuts_the_turn_at_the_response_length(pool, tokenizer):
+    loop, traj, s = run(pool, tokenizer, ["word " * 200 + "..."], response_length=50)
+    assert s.info["stop_reason"] == "budget" and len(s.response_ids) == 50 and sum(s.loss_mask) == 50
+
+
+def test_max_turn_tokens_caps_each_turn(pool, tokenizer):
+    eng_script = ["word " * 100 + "..."]
+    loop = ToolAgentLoop(pool, ScriptedMathEngine(tokenizer, eng_script), tokenizer, max_turns=4,
+                         response_length=256, max_turn_tokens=20)
+    s = loop.collect([TASK], 2, PARAMS)[0].trajectories[0].steps[0]
+    assert len(s.response_ids) == 20 and s.info["stop_reason"] == "answer"
+
+
+def test_f_observation_that_does_not_fit_is_not_appended(pool, tokenizer):
+    loop, traj, s = run(pool, tokenizer, [call("print('x' * 200)"), "\\boxed{72}"], response_length=60)
+    assert s.info["stop_reason"] == "observation_overflow"
+    assert s.info["tool_status"] == ["ok"] and all(m == 1 for m in s.loss_mask)
+    assert s.info["num_turns"] == 2
+
+
+def test_e_unknown_tool_or_bad_arguments_end_the_episode(pool, tokenizer):
+    _, _, s = run(pool, tokenizer, [call("print(1)", name="web_search"), "\\boxed{72}"])
+    assert s.info["stop_reason"] == "tool_error" and s.info["tool_calls"] == 1 and s.info["tool_status"] == []
+    bad_args = '<tool_call>\n{"name": "code_interpreter", "arguments": "print(1)"}\n</tool_call>'
+    _, _, s = run(pool, tokenizer, [bad_args, "\\boxed{72}"])
+    assert s.info["stop_reason"] == "tool_error"
+
+
+def test_malformed_call_ends_silently_or_gets_feedback(pool, tokenizer):
+    broken = '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(1)"\n</tool_call>'
+    _, _, s = run(pool, tokenizer, [broken, "\\boxed{72}"])
+    assert s.info["stop_reason"] == "answer" and s.info["malformed_calls"] == 1 and not s.action_valid
+    assert s.reward == -1.0 and s.info["tool_calls"] == 0
+    _, _, s = run(pool, tokenizer, [broken, "\\boxed{72}"], malformed_call_feedback=True)
+    assert s.reward == 1.0 and s.info["stop_reason"] == "answer" and s.info["tool_status"] == []
+    assert MALFORMED_CALL_MESSAGE in tokenizer.decode(s.response_ids)
+
+
+def test_hostile_code_is_a_tool_message_and_the_episode_goes_on(pool, tokenizer):
+    loop, _, s = run(pool, tokenizer, [call("while True: pass"), "\\boxed{72}"])
+    assert s.info["tool_status"] == ["timeout"] and s.reward == 1.0
+    assert "Tool API failed! Please try again." in tokenizer.decode(s.response_ids)
+    assert loop.last_metrics["tool/status_timeout"] == 2.0
+    _, _, s = run(pool, tokenizer, [call("import os; print(open('/proc/self/environ').read())"), "\\boxed{72}"])
+    assert "HOME" not in tokenizer.decode(s.response_ids) and s.info["tool_status"] == ["ok"]
+
+
+def test_engine_log_probs_are_kept_on_sampled_tokens_and_zero_on_tool_tokens(pool, tokenizer):
+    class WithLogProbs(ScriptedMathEngine):
+        def generate_with_log_probs(self, prompts, params):
+            outs = self.generate(prompts, params)
+            return outs, [[-0.5] * len(o) for o in outs]
+
+    loop = ToolAgentLoop(pool, WithLogProbs(tokenizer, [call("print(72)"), "\\boxed{72}"]), tokenizer,
+                         max_turns=4, response_length=256)
+    s = loop.collect([TASK], 2, PARAMS)[0].trajectories[0].steps[0]
+    assert len(s.rollout_log_probs) == len(s.response_ids)
+    assert all((lp == -0.5) == bool(m) for lp, m in zip(s.rollout_log_probs, s.loss_mask))
+
+
+def test_math_env_rejects_bad_actions_and_unknown_tasks():
+    env = MathEnv(sandbox={"backend": "local", "timeout_s": 2.0})
+    try:
+        with pytest.raises(EnvError, match="step\\(\\) before reset"):
+            env.step('{"code": "print(1)"}')
+        env.reset(TASK)
+        for bad in ("print(1)", '{"code": 1}', '{"shell": "ls"}', '{"code": "1", "answer": "2"}'):
+            with pytest.raises(EnvError, match="an action must be"):
+                env.step(bad)
+        with pytest.raises(EnvError, match="no such problem"):
+            env.reset(Task(env_name="math", task_id="gsm8k-train-99999", task_type="gsm8k"))
+    finally:
+        env.close()
+
+
+def test_math_splits_and_config_checks():
+    m500 = MathEnv.list_tasks("math500")
+    assert len(m500) == 500 and m500[0] == Task("math", "math500-test/precalculus/807.json", "math500")
+    assert len(MathEnv.list_tasks("dapo_math17k:fixture")) == 15
+    assert len(MathEnv.list_tasks("gsm8k:test")) == 1319
+    cfg = load_config("cpu_math")
+    assert row_layout(cfg.env.name) == "trajectory" and row_layout("alfworld") == "step"
+    assert get_env_class(cfg.env.name).rollout_loop == "serl.rollout.tool_loop:ToolAgentLoop"
+    for bad, key in [(["algorithm.adv_estimator=gigpo"], "algorithm.adv_estimator: gigpo needs one row per env step"),
+                     (["env.math.max_turn=3"], "env.math.max_turn: unknown option"),
+                     (["env.math.max_turns=0"], "env.math.max_turns: must be >= 1"),
+                     (["env.math.scorer=exact"], "env.math.scorer"),
+                     (["env.sandbox.backend=docker"], "env.sandbox.backend"),
+                     (["env.sandbox.backend=sandbox_fusion"], "env.sandbox.url"),
+                     (["env.sandbox.timeout_s=0"], "env.sandbox.timeout_s"),
+                     (["env.train_split=gsm8k:dev"], "env.train_split: unknown math split"),
+                     (["env.eval_split=mmlu"], "env.eval_split: unknown math split")]:
+        with pytest.raises(ConfigError, match=key):
+            load_config("cpu_math", bad)
+
+
+def test_a_math_training_iteration_on_the_tiny_model(tiny_model_dir, tmp_path, tokenizer):
+    from serl.train.trainer import Trainer
+
+    cfg = load_config("cpu_math", [f"model.path={tiny_model_dir}", "model.dtype=float32", "model.train_dtype=float32",
+                                   "data.train_batch_size=2", "env.rollout.n=2", "env.num_workers=1",
+                                   "rollout.rollout_filter_ratio=1.0", "trainer.total_training_steps=2",
+                                   "algorithm.spear.trajectory_buffer_size=2", "trainer.progress=false",
+                                   "trainer.logger=[jsonl]", "trainer.save_freq=0", f"trainer.output_dir={tmp_path}",
+                                   "trainer.run_name=math", "data.max_response_length=128"])
+    tr = Trainer(cfg)
+    # half the episodes call the tool and answer right, half answer wrong without it: signal
+    tr.engine = ScriptedMathEngine(tr.tokenizer, [call("print(48 + 24)"), "\\boxed{72}"])
+    answers = iter(range(10**6))
+
+    class Mixed(ScriptedMathEngine):
+        def generate(self, prompts, params):
+            return [super(Mixed, self).generate([p], params)[0] if next(answers) % 2 == 0
+                    else self.tok("\\boxed{1}", add_special_tokens=False).input_ids
+                    + [self.tok.convert_tokens_to_ids("<|im_end|>")] for p in prompts]
+
+    tr.engine = Mixed(tr.tokenizer, [call("print(48 + 24)"), "\\boxed{72}"])
+    try:
+        tr.train()
+    finally:
+        tr.close()
+    assert "isolat" in (tmp_path / "math" / "env_preflight.txt").read_text()  # the sandbox's start-up note
+    lines = [json.loads(x) for x in (tmp_path / "math" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    m = lines[0]
+    assert m["tool/executions"] >= 1 and 0 < m["tool/trajectory_with_call_fraction"] < 1
+    assert m["critic/toolcall_bonus/mean"] > 0  # cosine bonus at step 1
+    assert m["episode/num_trajectories"] == 4
+    assert "rollout/engine_logprob_diff_mean" not in m  # the hf-like scripted engine reports none
