@@ -235,3 +235,34 @@ def test_a_math_training_iteration_on_the_tiny_model(tiny_model_dir, tmp_path, t
     assert m["critic/toolcall_bonus/mean"] > 0  # cosine bonus at step 1
     assert m["episode/num_trajectories"] == 4
     assert "rollout/engine_logprob_diff_mean" not in m  # the hf-like scripted engine reports none
+
+
+def test_math_evaluation_with_several_samples_reports_verl_sample_metrics(tiny_model_dir, tokenizer):
+    from serl.train.evaluate import evaluate_policy
+
+    cfg = load_config("cpu_math", [f"model.path={tiny_model_dir}", "env.num_workers=1", "rollout.val_n=2",
+                                   "rollout.micro_batch_size=4"])
+    calls = iter(range(10**6))
+
+    class EveryOtherRight(ScriptedMathEngine):  # samples alternate: tool call then right, wrong at once
+        def generate(self, prompts, params):
+            out = []
+            for p in prompts:
+                if self.tok.decode(p).count("<tool_response>") or next(calls) % 2 == 0:
+                    out.append(super().generate([p], params)[0])
+                else:
+                    out.append(self.tok("\\boxed{0}", add_special_tokens=False).input_ids
+                               + [self.tok.convert_tokens_to_ids("<|im_end|>")])
+            return out
+
+    engine = EveryOtherRight(tokenizer, [call("print(1)"), "\\boxed{72}"])
+    res = evaluate_policy(cfg, engine, tokenizer, "gsm8k:train", num_tasks=3, progress=False)
+    m, trajs = res["metrics"], res["trajectories"]
+    assert len(trajs) == 6 and m["num_tasks"] == 3
+    assert [t.task.task_id for t in trajs[:2]] == ["gsm8k-train-00000"] * 2
+    assert m["success_rate"] == pytest.approx(sum(t.won for t in trajs) / 6)
+    assert m["acc/mean@2"] == pytest.approx(m["success_rate"])
+    assert m["acc/pass@2"] == pytest.approx(sum(any(t.won for t in trajs[i:i + 2]) for i in (0, 2, 4)) / 3)
+    assert 0 < m["tool_call_rate"] < 1 and "acc/maj@2/mean" in m
+    greedy = evaluate_policy(cfg, engine, tokenizer, "gsm8k:train", num_tasks=2, greedy=True, progress=False)
+    assert len(greedy["trajectories"]) == 2 and "acc/mean@2" not in greedy["metrics"]

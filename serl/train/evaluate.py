@@ -11,6 +11,7 @@ from serl.envs.base import Task, get_env_class
 from serl.rollout.engine import SamplingParams
 from serl.train import env_pool
 from serl.train.metrics import success_by_type
+from serl.train.sample_metrics import aggregate_sample_metrics
 from serl.trajectory import Trajectory
 
 
@@ -42,20 +43,24 @@ def eval_sampling(cfg: Config, greedy: bool = False, seed: Optional[int] = None)
 
 def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int = -1, greedy: bool = False,
                     seed: Optional[int] = 0, progress: bool = True) -> dict[str, Any]:
-    """Success rate overall and per task type on ``split``, one episode per task (G = 1).
+    """Success rate overall and per task type on ``split``: ``rollout.val_n`` episodes per task
+    when sampling (one when ``greedy``).
 
     ``num_tasks >= 0`` evaluates a fixed subset taken round-robin over task types
-    (:func:`eval_subset`). Tasks are played in chunks of ``rollout.micro_batch_size`` envs.
+    (:func:`eval_subset`). Tasks are played in chunks of about ``rollout.micro_batch_size`` envs.
     Sampling is greedy or seeded (``seed`` reseeds torch before each chunk), so a run is
     reproducible. Returns ``{"metrics": {success_rate, <type>_success_rate, ...},
-    "trajectories": [...]}``.
+    "trajectories": [...]}`` (task order, a task's ``val_n`` episodes together); with
+    ``val_n > 1`` the metrics also hold verl's ``acc/mean@n``, ``acc/best@k/*``, ``acc/maj@k/*``
+    and ``acc/pass@k`` (:func:`serl.train.sample_metrics.aggregate_sample_metrics`).
     """
     from tqdm.auto import tqdm
 
     tasks = eval_subset(env_pool.list_tasks(cfg, split), num_tasks)
-    chunk = max(1, min(cfg.rollout.micro_batch_size, len(tasks)))
+    n = 1 if greedy else cfg.rollout.val_n
+    chunk = max(1, min(cfg.rollout.micro_batch_size // n, len(tasks)))
     trajs: list[Trajectory] = []
-    pool = env_pool.make_pool(cfg, chunk)
+    pool = env_pool.make_pool(cfg, chunk * n)
     try:
         collector = env_pool.rollout_loop(cfg, pool, engine, tokenizer)
         with tqdm(total=len(tasks), desc=f"serl eval {split}", unit="task", disable=not progress,
@@ -68,21 +73,29 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
                     _bar.set_postfix_str(f"turn {step}, {active} active")
 
                 params = eval_sampling(cfg, greedy, None if seed is None else seed + k)
-                groups = collector.collect(padded, 1, params, step_progress)
-                trajs.extend(g.trajectories[0] for g in groups[: len(part)])
+                groups = collector.collect(padded, n, params, step_progress)
+                trajs.extend(t for g in groups[: len(part)] for t in g.trajectories)
                 bar.update(len(part))
     finally:
         pool.close()
-    return {"metrics": eval_metrics(cfg, trajs), "trajectories": trajs}
+    return {"metrics": eval_metrics(cfg, trajs, n), "trajectories": trajs}
 
 
-def eval_metrics(cfg: Config, trajs: list[Trajectory]) -> dict[str, float]:
-    """Success rate, valid and admissible action ratios, per-type success and the env's own
-    episode metrics of the evaluation episodes ``trajs``."""
+def eval_metrics(cfg: Config, trajs: list[Trajectory], n: int = 1) -> dict[str, float]:
+    """Success rate (over all episodes: mean@n), valid and admissible action ratios, per-type
+    success and the env's own episode metrics of the evaluation episodes ``trajs``; with ``n > 1``
+    episodes per task (consecutive in ``trajs``), the sample metrics of
+    :func:`~serl.train.sample_metrics.aggregate_sample_metrics`, a sample's answer being its last
+    step's ``info["pred"]`` (the math env's extracted answer; None elsewhere)."""
     steps = [s for t in trajs for s in t.steps]
-    metrics = {"success_rate": sum(t.won for t in trajs) / max(1, len(trajs)), "num_tasks": len(trajs),
+    metrics = {"success_rate": sum(t.won for t in trajs) / max(1, len(trajs)), "num_tasks": len(trajs) // n,
                "valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps)),
                "admissible_action_ratio": sum(s.action in s.admissible_actions for s in steps) / max(1, len(steps))}
     metrics.update({f"{k}_success_rate": v for k, v in success_by_type(trajs).items()})
     metrics.update(get_env_class(cfg.env.name).episode_metrics(trajs))
+    if n > 1 and trajs:
+        records = [(trajs[i].task.task_id, trajs[i].task.task_type,
+                    [(t.won, t.steps[-1].info.get("pred") if t.steps else None) for t in trajs[i : i + n]])
+                   for i in range(0, len(trajs), n)]
+        metrics.update(aggregate_sample_metrics(records))
     return metrics
