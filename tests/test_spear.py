@@ -79,6 +79,15 @@ def test_percentile_and_recalibration():
 # ---- admission, staleness, size ---------------------------------------------------------
 
 
+def test_admission_of_rows_that_record_tool_calls_needs_one():
+    buf = ReplayBuffer(weight_decay=0.5)
+    rows = [row(1, 1.0, traj="a", extra={"tool_calls": 0}), row(1, 1.0, traj="b", extra={"tool_calls": 2}),
+            row(1, 1.0, traj="c"), row(-1, -1.0, traj="d", extra={"tool_calls": 3})]
+    met = buf.add_step(rows, global_step=1)
+    # SPEAR's math trainer: a positive advantage and >= 1 tool call; rows without the count (ALFWorld) as before
+    assert met["replay/admitted"] == 2.0 and [r.traj_uid for r in buf.entries[0][1]] == ["b", "c"]
+
+
 def test_admission_positive_advantage_only_and_stored_copies():
     buf = ReplayBuffer(weight_decay=0.5)
     rows = [row(10, 1.0), row(0, -1.0), row(10, 0.0), row(10, 2.0, masked=True), row(10, 0.5)]

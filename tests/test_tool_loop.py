@@ -266,3 +266,39 @@ def test_math_evaluation_with_several_samples_reports_verl_sample_metrics(tiny_m
     assert 0 < m["tool_call_rate"] < 1 and "acc/maj@2/mean" in m
     greedy = evaluate_policy(cfg, engine, tokenizer, "gsm8k:train", num_tasks=2, greedy=True, progress=False)
     assert len(greedy["trajectories"]) == 2 and "acc/mean@2" not in greedy["metrics"]
+
+
+@pytest.mark.parametrize("recipe", ["cpu_math", "math_grpo", "math_drbot", "math_spear"])
+def test_math_recipe_runs_one_iteration(recipe, tiny_model_dir, tmp_path):
+    from serl.train.trainer import Trainer
+
+    cfg = load_config(recipe, [f"model.path={tiny_model_dir}", "model.dtype=float32", "model.train_dtype=float32",
+                               "data.train_batch_size=2", "env.rollout.n=2", "env.num_workers=1",
+                               "data.max_response_length=128", "data.max_prompt_length=512",
+                               "env.train_split=gsm8k:train", "trainer.val_before_train=false", "trainer.test_freq=0",
+                               "actor.ppo_mini_batch_size=4", "trainer.progress=false", "trainer.logger=[jsonl]",
+                               "trainer.save_freq=0", f"trainer.output_dir={tmp_path}", "trainer.total_training_steps=1"])
+    tr = Trainer(cfg)
+    answers = iter(range(10**6))
+    right = ScriptedMathEngine(tr.tokenizer, [call("print(48 + 24)"), "\\boxed{72}"])
+
+    class Mixed(ScriptedMathEngine):
+        def generate(self, prompts, params):
+            return [right.generate([p], params)[0] if (self.tok.decode(p).count("<tool_response>")
+                                                       or next(answers) % 2 == 0)
+                    else self.tok("\\boxed{1}", add_special_tokens=False).input_ids
+                    + [self.tok.convert_tokens_to_ids("<|im_end|>")] for p in prompts]
+
+    tr.engine = Mixed(tr.tokenizer, ["\\boxed{1}"])
+    try:
+        m = tr.train_iteration()
+    finally:
+        tr.close()
+    assert tr.update_step == 1 and m["episode/num_trajectories"] == 4
+    assert m["tool/executions"] >= 1
+    a = cfg.algorithm
+    assert ("critic/toolcall_bonus/mean" in m) == (a.use_toolcall_reward != "none")
+    assert ("replay/rows_seen" in m) == a.spear.enable_trajectory_replay
+    if a.spear.enable_trajectory_replay:  # admitted: positive advantage (the tool bonus) and a tool call
+        admitted = [r for _, rows in tr.state.replay_buffer.entries for r in rows]
+        assert admitted and all(r.extra["tool_calls"] >= 1 and r.row_advantage() > 0 for r in admitted)
