@@ -61,6 +61,9 @@ def _check_row_layout(cfg: Config) -> None:
         raise ConfigError(f"algorithm.adv_estimator: {cfg.algorithm.adv_estimator} needs one row per env step (its "
                           f"step groups are anchor states), but env {cfg.env.name!r} trains one row per trajectory; "
                           "use grpo, drgrpo, rloo or reinforce_plus_plus_baseline")
+    if cfg.algorithm.serl.enable and layout != "step":
+        raise ConfigError(f"algorithm.serl.enable: SERL's teacher pass on env {cfg.env.name!r} (one row per "
+                          "trajectory) is not implemented yet (docs/math.md, 'Not yet'); set algorithm.serl.enable=false")
 
 
 def check_config(cfg: Config) -> None:

@@ -191,6 +191,7 @@ def test_math_splits_and_config_checks():
     assert get_env_class(cfg.env.name).rollout_loop == "serl.rollout.tool_loop:ToolAgentLoop"
     for bad, key in [(["algorithm.adv_estimator=gigpo"], "algorithm.adv_estimator: gigpo needs one row per env step"),
                      (["env.math.max_turn=3"], "env.math.max_turn: unknown option"),
+                     (["algorithm.serl.enable=true"], "algorithm.serl.enable: SERL's teacher pass on env 'math'"),
                      (["env.math.max_turns=0"], "env.math.max_turns: must be >= 1"),
                      (["env.math.scorer=exact"], "env.math.scorer"),
                      (["env.sandbox.backend=docker"], "env.sandbox.backend"),
