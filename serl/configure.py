@@ -55,15 +55,18 @@ def _check_registries(cfg: Config) -> None:
 def _check_row_layout(cfg: Config) -> None:
     """A step-row estimator (:data:`serl.algos.advantages.STEP_ROW_ESTIMATORS`: GiGPO) needs an env
     whose rows are one per env step (:func:`serl.envs.base.row_layout`, read without importing the
-    env); raises :class:`ConfigError` otherwise."""
+    env), and so does a SERL sampling mode outside :data:`serl.hindsight.modes.TRAJECTORY_ROW_MODES`;
+    raises :class:`ConfigError` otherwise."""
     layout = env_base.row_layout(cfg.env.name)
     if cfg.algorithm.adv_estimator in advantages.STEP_ROW_ESTIMATORS and layout != "step":
         raise ConfigError(f"algorithm.adv_estimator: {cfg.algorithm.adv_estimator} needs one row per env step (its "
                           f"step groups are anchor states), but env {cfg.env.name!r} trains one row per trajectory; "
                           "use grpo, drgrpo, rloo or reinforce_plus_plus_baseline")
-    if cfg.algorithm.serl.enable and layout != "step":
-        raise ConfigError(f"algorithm.serl.enable: SERL's teacher pass on env {cfg.env.name!r} (one row per "
-                          "trajectory) is not implemented yet (docs/math.md, 'Not yet'); set algorithm.serl.enable=false")
+    sc = cfg.algorithm.serl
+    if sc.enable and layout != "step" and modes.canonical_mode(sc.sampling_mode) not in modes.TRAJECTORY_ROW_MODES:
+        raise ConfigError(f"algorithm.serl.sampling_mode: {sc.sampling_mode} needs one row per env step; env "
+                          f"{cfg.env.name!r} trains one row per trajectory, where SERL's teacher can see "
+                          f"{list(modes.TRAJECTORY_ROW_MODES)}")
 
 
 def check_config(cfg: Config) -> None:

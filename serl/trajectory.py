@@ -59,6 +59,9 @@ class Step:
             holding a whole multi-turn trajectory (the math env's tool use) sets it, as verl's
             ``response_mask`` of its agent loop
             (``volcengine/verl@b16865f2179f844ca8c8b0d271e9240ed72d96a2:verl/experimental/agent_loop/agent_loop.py``).
+        prompt_format: how ``prompt_ids`` were built from ``prompt`` (:data:`serl.agent.chat.PROMPT_FORMATS`):
+            ``chat`` (one user message, the tokenizer's template) or ``tool_chat`` (the math
+            env's tools section); SERL's teacher prompt is built the same way.
     """
 
     step_id: int
@@ -79,6 +82,7 @@ class Step:
     info: dict[str, Any] = field(default_factory=dict)
     rollout_log_probs: Optional[list[float]] = None
     loss_mask: Optional[list[int]] = None
+    prompt_format: str = "chat"
 
     def trained_mask(self) -> list[int]:
         """:attr:`loss_mask`, or all ones when it is None; ``[resp_len]``.

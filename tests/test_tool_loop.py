@@ -9,7 +9,7 @@ import json
 import pytest
 
 from serl.agent.tool_calls import CODE_INTERPRETER_SCHEMA, format_tool_call
-from serl.agent.tool_chat import render_sft_conversation
+from serl.agent.tool_chat import render_sft_conversation, start_conversation
 from serl.configure import load_config
 from serl.envs.base import Task, get_env_class, row_layout
 from serl.envs.math.env import MathEnv
@@ -191,7 +191,8 @@ def test_math_splits_and_config_checks():
     assert get_env_class(cfg.env.name).rollout_loop == "serl.rollout.tool_loop:ToolAgentLoop"
     for bad, key in [(["algorithm.adv_estimator=gigpo"], "algorithm.adv_estimator: gigpo needs one row per env step"),
                      (["env.math.max_turn=3"], "env.math.max_turn: unknown option"),
-                     (["algorithm.serl.enable=true"], "algorithm.serl.enable: SERL's teacher pass on env 'math'"),
+                     (["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=immediate_feedback"],
+                      "algorithm.serl.sampling_mode: immediate_feedback needs one row per env step"),
                      (["env.math.max_turns=0"], "env.math.max_turns: must be >= 1"),
                      (["env.math.scorer=exact"], "env.math.scorer"),
                      (["env.sandbox.backend=docker"], "env.sandbox.backend"),
@@ -303,3 +304,61 @@ def test_math_recipe_runs_one_iteration(recipe, tiny_model_dir, tmp_path):
     if a.spear.enable_trajectory_replay:  # admitted: positive advantage (the tool bonus) and a tool call
         admitted = [r for _, rows in tr.state.replay_buffer.entries for r in rows]
         assert admitted and all(r.extra["tool_calls"] >= 1 and r.row_advantage() > 0 for r in admitted)
+
+
+def test_serl_on_math_rows_teacher_sees_the_reference_in_the_tool_chat_format(tiny_model_dir, tmp_path, tokenizer):
+    from serl.models.teacher import teacher_prompt_ids
+    from serl.train.trainer import Trainer
+
+    # the teacher's prompt is the student's tool-chat prompt with the hindsight in its user turn
+    student = start_conversation(tokenizer, [CODE_INTERPRETER_SCHEMA], "What is 6*7?").input_ids
+    ids, ok = teacher_prompt_ids(tokenizer, "What is 6*7?", "REF", 4096, prompt_format="tool_chat")
+    system_len = student.index(tokenizer.convert_tokens_to_ids("<|im_start|>"), 1)
+    assert ok and ids[:system_len] == student[:system_len] and "REF" in tokenizer.decode(ids)
+    assert ids[-3:] == student[-3:]  # ends with the assistant header, as the student's
+
+    load_config("cpu_math", ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=successful_sample"])
+    cfg = load_config("cpu_math", [
+        f"model.path={tiny_model_dir}", "model.dtype=float32", "model.train_dtype=float32", "data.train_batch_size=2",
+        "env.rollout.n=2", "env.num_workers=1", "data.max_response_length=128", "trainer.progress=false",
+        "trainer.logger=[jsonl]", "trainer.save_freq=0", f"trainer.output_dir={tmp_path}", "trainer.run_name=serl",
+        "trainer.total_training_steps=1", "rollout.rollout_filter_ratio=1.0", "algorithm.serl.enable=true",
+        "algorithm.serl.sampling_mode=reference_solution"])
+    tr = Trainer(cfg)
+    answers = iter(range(10**6))
+
+    class Mixed(ScriptedMathEngine):
+        def generate(self, prompts, params):
+            return [self.tok(("\\boxed{1}" if next(answers) % 2 else "\\boxed{2}"), add_special_tokens=False).input_ids
+                    + [self.tok.convert_tokens_to_ids("<|im_end|>")] for p in prompts]
+
+    tr.engine = Mixed(tr.tokenizer, ["x"])
+    try:
+        m = tr.train_iteration()
+    finally:
+        tr.close()
+    assert m["serl/reference_solution_reference_fraction"] == 1.0 and m["serl/reprompt_sample_fraction"] == 1.0
+    rows = tr.serl.row_contexts
+    assert rows and all(c is not None and c.sources == {"reference"} for c in rows)
+    assert all("The final answer is \\boxed{" in c.block() for c in rows)
+
+
+def test_successful_sample_mode_on_math_rows_shows_a_winning_sibling(pool, tokenizer):
+    from serl.config import SerlConfig
+    from serl.hindsight.builder import build_privileged_contexts
+
+    answers = iter(range(10**6))
+
+    class OneRight(ScriptedMathEngine):
+        def generate(self, prompts, params):
+            return [self.tok("so \\boxed{72}" if next(answers) % 2 == 0 else "so \\boxed{5}",
+                             add_special_tokens=False).input_ids + [self.tok.convert_tokens_to_ids("<|im_end|>")]
+                    for p in prompts]
+
+    loop = ToolAgentLoop(pool, OneRight(tokenizer, ["x"]), tokenizer, max_turns=4, response_length=64)
+    groups = loop.collect([TASK], 2, PARAMS)
+    won = [t.won for t in groups[0].trajectories]
+    assert won == [True, False]
+    ctxs = build_privileged_contexts(groups, SerlConfig(enable=True, sampling_mode="successful_sample"))
+    assert ctxs[1] is not None and ctxs[1].sources == {"success"} and "\\boxed{72}" in ctxs[1].block()
+    assert "\\boxed{5}" not in ctxs[1].block()

@@ -35,6 +35,7 @@ _SOURCE_METRICS = {
     "future": ["serl/future_reference_fraction"],
     "anchor": ["serl/anchor_reference_fraction"],
     "judge": ["serl/traj_judge_reference_fraction"],
+    "reference": ["serl/reference_solution_reference_fraction"],
 }
 
 

@@ -19,6 +19,7 @@ from serl.hindsight.rendering import (
     FUTURE_HEADER,
     JUDGE_HEADER,
     NEXT_OBS_HEADER,
+    REFERENCE_HEADER,
     SUCCESS_HEADER,
     PrivilegedContext,
 )
@@ -60,7 +61,8 @@ def _conjunctive(*parts: tuple[str, str, str]) -> Optional[PrivilegedContext]:
 
 
 def step_context(spec: ModeSpec, x: ContextInputs) -> Optional[PrivilegedContext]:
-    """Step-level modes: the parts of ``spec`` in the order S, U, F, N.
+    """Step-level modes: the parts of ``spec`` in the order S, U, F, N, R (R: serl's reference
+    solution, ``Step.info["reference"]``).
 
     Conjunctive (the original's rule): None unless every part exists; the
     ``*_or_immediate_feedback`` mode shows S if found, else F.
@@ -79,6 +81,8 @@ def step_context(spec: ModeSpec, x: ContextInputs) -> Optional[PrivilegedContext
         parts.append(("feedback", FEEDBACK_HEADER, x.step.feedback))
     if spec.next_observation:
         parts.append(("next_observation", NEXT_OBS_HEADER, x.step.next_prompt))
+    if spec.reference:
+        parts.append(("reference", REFERENCE_HEADER, str(x.step.info.get("reference") or "")))
     return _with_success_source(_conjunctive(*parts), ref)
 
 

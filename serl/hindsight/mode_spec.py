@@ -23,6 +23,8 @@ class ModeSpec:
         success, feedback, next_observation, future: parts used (S, F, N, U).
         feedback_only_without_success: the ``*_or_immediate_feedback`` modes: F only if no S.
         judge: None, ``"current"`` or ``"on_successful_sample"``.
+        reference: the task's reference solution (R, ``Step.info["reference"]``; serl's, for the
+            math env: the original's modes do not have it).
     """
 
     name: str
@@ -33,6 +35,7 @@ class ModeSpec:
     future: bool = False
     feedback_only_without_success: bool = False
     judge: Optional[str] = None
+    reference: bool = False
 
     @property
     def sources(self) -> set[str]:
@@ -44,6 +47,7 @@ class ModeSpec:
             "future": self.future,
             "anchor": self.granularity == "anchor",
             "judge": bool(self.judge),
+            "reference": self.reference,
         }
         return {name for name, on in flags.items() if on}
 

@@ -135,6 +135,16 @@ _register_builtin_modes()
 #: the 20 canonical mode names, in documentation order
 MODE_NAMES: tuple[str, ...] = tuple(SAMPLING_MODES)
 
+#: serl's modes for one-row-per-trajectory envs (the math env), not in the original: the
+#: teacher sees a successful sibling rollout of the same task (S alone; the original has S only
+#: combined with other parts) or the task's reference solution (R, ``Step.info["reference"]``)
+for _spec in (ModeSpec("successful_sample", "step", success=True),
+              ModeSpec("reference_solution", "step", reference=True)):
+    register_mode(_spec.name, _spec)(partial(step_context, _spec))
+#: the modes SERL supports on rows holding a whole trajectory (``serl.envs.base.row_layout``
+#: ``trajectory``): the others need per-step feedback, next observations or anchor states
+TRAJECTORY_ROW_MODES = ("successful_sample", "reference_solution")
+
 
 def check_config(serl_cfg: "SerlConfig") -> None:
     """Check the ``algorithm.serl`` keys that depend on the hindsight registries:

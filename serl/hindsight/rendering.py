@@ -27,6 +27,7 @@ ANCHOR_HEADER = (
 )
 ANCHOR_FEEDBACK_HEADER = "Feedback observed after each action tried from this same state (action, feedback):"
 JUDGE_HEADER = "Trajectory Judge:"
+REFERENCE_HEADER = "A reference solution of this task, for reference:"
 SOLVE_LINE = "Use the information above as hindsight and correctly solve the current task."
 
 SUCCESS_CONTINUATION = "What followed this action in a rollout that succeeded:"

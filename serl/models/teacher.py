@@ -22,7 +22,7 @@ import copy
 
 import torch
 
-from serl.agent.chat import chat_prompt_ids
+from serl.agent.chat import prompt_ids
 from serl.hindsight.rendering import teacher_user_message
 from serl.models.lora import POLICY_ADAPTER, TEACHER_ADAPTER, AdapterView, add_frozen_adapter_copy, copy_adapter
 
@@ -96,8 +96,8 @@ class AdapterReference:
         self.model = AdapterView(policy, None)
 
 
-def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncation: str = "privileged"
-                       ) -> tuple[list[int], bool]:
+def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncation: str = "privileged",
+                       prompt_format: str = "chat") -> tuple[list[int], bool]:
     """Token ids of the teacher's chat prompt for one row, capped at ``max_len`` tokens.
 
     Args:
@@ -106,12 +106,13 @@ def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncat
         block: the privileged block (:meth:`PrivilegedContext.block`).
         max_len: token cap (``max_reprompt_len``).
         truncation: ``privileged`` (cut the block from its start) or ``right`` (original).
+        prompt_format: the student row's ``Step.prompt_format`` (:func:`serl.agent.chat.prompt_ids`).
 
     Returns:
         ``(ids, has_context)``; ``has_context`` is False when nothing of the block fits, in which
         case the row must be trained as plain GRPO (``serl_mask = 0``).
     """
-    ids = chat_prompt_ids(tokenizer, teacher_user_message(prompt, block))
+    ids = prompt_ids(tokenizer, teacher_user_message(prompt, block), prompt_format)
     if len(ids) <= max_len:
         return ids, True
     if truncation == "right":
@@ -121,10 +122,10 @@ def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncat
     drop = len(ids) - max_len + mark
     for _ in range(4):  # decode/re-encode can shift counts by a few tokens
         if drop >= len(block_ids):
-            return chat_prompt_ids(tokenizer, prompt), False
+            return prompt_ids(tokenizer, prompt, prompt_format), False
         cut = TRUNCATION_MARK + tokenizer.decode(block_ids[drop:], skip_special_tokens=True)
-        ids = chat_prompt_ids(tokenizer, teacher_user_message(prompt, cut))
+        ids = prompt_ids(tokenizer, teacher_user_message(prompt, cut), prompt_format)
         if len(ids) <= max_len:
             return ids, True
         drop += len(ids) - max_len + 2
-    return chat_prompt_ids(tokenizer, prompt), False
+    return prompt_ids(tokenizer, prompt, prompt_format), False

@@ -74,6 +74,7 @@ class _Episode:
     statuses: list[str] = field(default_factory=list)
     sandbox_s: float = 0.0
     stop: str = ""
+    reference: str = ""  # the env's reference solution (reset info), SERL's hindsight R; never shown to the policy
 
     @property
     def response_len(self) -> int:
@@ -148,7 +149,8 @@ class ToolAgentLoop:
             traj = Trajectory(uid=groups[i // group_size].uid, traj_uid=uuid.uuid4().hex, task=task, task_text=res.task)
             groups[i // group_size].trajectories.append(traj)
             conv = start_conversation(self.tokenizer, self.tools, res.observation)
-            eps.append(_Episode(traj=traj, user_text=res.observation, conv=conv, prompt_len=len(conv)))
+            eps.append(_Episode(traj=traj, user_text=res.observation, conv=conv, prompt_len=len(conv),
+                                reference=str(res.info.get("reference") or "")))
         over = sum(e.prompt_len > self.max_prompt_length for e in eps)
         if over:
             log.warning("%d of %d math prompts exceed data.max_prompt_length=%d tokens; kept whole",
@@ -242,12 +244,14 @@ class ToolAgentLoop:
         info = {"tool_calls": e.tool_calls, "stop_reason": e.stop or "answer", "assistant_turns": len(e.turns),
                 "num_turns": e.user_turns + len(e.turns) + 1,  # SPEAR's num_turns
                 "malformed_calls": e.malformed, "tool_status": e.statuses, "sandbox_s": e.sandbox_s,
-                **{k: v for k, v in final.info.items() if k in ("pred", "ground_truth", "correct")}}
+                **{k: v for k, v in final.info.items() if k in ("pred", "ground_truth", "correct")},
+                **({"reference": e.reference} if e.reference else {})}
         step = Step(step_id=0, observation=e.user_text, prompt=e.user_text, prompt_ids=ids[: e.prompt_len],
                     response_ids=resp, response_text=self.tokenizer.decode(resp, skip_special_tokens=True),
                     action_mask=list(resp_mask), action=str(final.info.get("pred") or ""),
                     action_valid=e.malformed == 0, reward=float(final.reward), feedback=final.feedback,
-                    done=True, won=bool(final.won), info=info, rollout_log_probs=e.log_probs, loss_mask=list(resp_mask))
+                    done=True, won=bool(final.won), info=info, rollout_log_probs=e.log_probs, loss_mask=list(resp_mask),
+                    prompt_format="tool_chat")
         e.traj.steps.append(step)
         e.traj.extra.update(tool_calls=e.tool_calls, stop_reason=info["stop_reason"])
 

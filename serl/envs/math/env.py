@@ -22,6 +22,7 @@ dataset. Options: ``env.math.*`` and ``env.sandbox.*`` (:mod:`serl.envs.math.opt
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any, Sequence
 
 from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
@@ -32,6 +33,17 @@ from serl.sandbox import BaseSandbox, make_sandbox, tool_response_text, truncate
 
 if TYPE_CHECKING:
     from serl.config import EnvConfig, SandboxConfig
+
+
+def reference_solution(problem: MathProblem) -> str:
+    """The worked solution a teacher may see in hindsight (SERL's ``reference_solution`` mode): the
+    data set's solution (GSM8K's with its ``<<expr=result>>`` calculator annotations removed and its
+    ``#### answer`` line written as a ``\\boxed{}``), else only the final answer."""
+    if problem.solution:
+        body = re.sub(r"<<[^>]*>>", "", problem.solution)
+        body = re.sub(r"\n?#### *(.+?)\s*$", lambda m: f"\nThe final answer is \\boxed{{{m.group(1)}}}.", body)
+        return body.strip()
+    return f"The final answer is \\boxed{{{problem.ground_truth}}}."
 
 
 def sandbox_options(sb: "SandboxConfig") -> dict[str, Any]:
@@ -178,16 +190,17 @@ class MathEnv(BaseTextEnv):
         return problem
 
     def reset(self, task: Task) -> StepResult:
-        """Start ``task``: the observation is the user message (the question in the prompt style).
+        """Start ``task``: the observation is the user message (the question in the prompt style);
+        ``info["reference"]`` is :func:`reference_solution` (hindsight for SERL's teacher only).
 
         Raises:
             EnvError: unknown dataset or problem uid, or missing data.
         """
-        self.problem = self._find(task)
+        self.problem = p = self._find(task)
         self.calls = 0
-        text = user_prompt(self.problem, self.prompt_style)
-        return StepResult(observation=text, admissible_actions=[], task=self.problem.question,
-                          info={"uid": self.problem.uid, "data_source": self.problem.data_source})
+        text = user_prompt(p, self.prompt_style)
+        return StepResult(observation=text, admissible_actions=[], task=p.question,
+                          info={"uid": p.uid, "data_source": p.data_source, "reference": reference_solution(p)})
 
     def step(self, action: str) -> StepResult:
         """Run ``{"code": ...}`` in the sandbox, or score ``{"answer": ...}`` (module docstring).
