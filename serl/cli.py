@@ -8,6 +8,8 @@
     serl data download {alfworld,dapo_math17k} [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
                [--num-tasks N] [--seed N] [--data-dir DIR] [--min-score X] [--max-steps N]
+    serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
+               [--num-tasks N] [--seed N] [--data-dir DIR]
 
 With no recipe, ``serl train`` runs the ``cpu`` recipe: SERL (immediate feedback) on GRPO, on the
 ALFWorld games shipped with serl, with SmolLM2-135M-Instruct, a few iterations on a laptop CPU.
@@ -227,8 +229,89 @@ def cmd_data(args: argparse.Namespace) -> int:
     return main_download(args.name, args.dest)
 
 
+def _data_expert_math(args) -> int:
+    """``serl data expert math``: GSM8K's annotated solutions as multi-turn tool-use SFT rows
+    (:mod:`serl.envs.math.expert`), one JSON line per problem: ``{"messages": [...], "tools":
+    [CODE_INTERPRETER_SCHEMA], "uid": problem uid, "env": "math"}``. The prompt style, tool-output
+    rendering and tool-call limit (``env.math.max_turns - 1``) are the recipe's (default ``cpu_math``)."""
+    import time
+
+    from tqdm.auto import tqdm
+
+    from serl.agent.tool_calls import CODE_INTERPRETER_SCHEMA
+    from serl.agent.tool_chat import render_sft_conversation
+    from serl.config import RECIPE_DIR
+    from serl.configure import load_config
+    from serl.envs.math.data import load_problems
+    from serl.envs.math.env import sandbox_from_config
+    from serl.envs.math.expert import SKIP_REASONS, ExpertOptions, expert_conversations
+    from serl.envs.math.options import math_options
+    from serl.errors import ConfigError
+    from serl.models.loading import load_tokenizer, resolve_model_path
+    from serl.rollout.expert import pick_tasks, write_rows
+
+    recipe, overrides = _split_overrides(args.overrides)
+    if recipe is None and not (RECIPE_DIR / "cpu_math.yaml").is_file():
+        raise ConfigError("serl data expert math: the default recipe cpu_math is not installed; "
+                          "pass recipe=<a recipe with env.name=math>")
+    cfg = load_config(recipe or "cpu_math", overrides + _data_dir_override(args))
+    if cfg.env.name != "math":
+        raise ConfigError(f"serl data expert math: the recipe's env.name is {cfg.env.name!r}; use a math recipe")
+    if args.min_score is not None or args.max_steps is not None:
+        raise ConfigError("serl data expert math: --min-score and --max-steps are for alfworld/webshop; every kept "
+                          "math row is correct, and its tool calls are limited by env.math.max_turns - 1")
+    if args.num_tasks == 0 or args.num_tasks < -1:
+        raise ConfigError(f"--num-tasks must be >= 1 (or -1 for the whole split), got {args.num_tasks}")
+    dataset, _, part = args.split.rpartition(":")
+    if dataset not in ("", "gsm8k") or part not in ("train", "test"):
+        raise ConfigError(f"serl data expert math --split: train, test, gsm8k:train or gsm8k:test (expert rows "
+                          f"come from GSM8K's annotated solutions), got {args.split!r}")
+    problems = pick_tasks(load_problems("gsm8k", part, cfg.env.data_dir), args.num_tasks, args.seed)
+    options = ExpertOptions.from_math_options(math_options(cfg.env))
+    tok = load_tokenizer(resolve_model_path(cfg.model.path, cfg.model.gguf_file))
+    sandbox = sandbox_from_config(cfg.env)
+    t0 = time.perf_counter()
+    try:
+        with tqdm(total=len(problems), desc="serl data expert math", unit="problem", file=sys.stderr,
+                  dynamic_ncols=True) as bar:
+            def on_problem(stats):
+                bar.update(1)
+                bar.set_postfix_str(f"kept {stats.kept}/{stats.seen}", refresh=False)
+
+            kept, stats = expert_conversations(problems, sandbox, options, on_problem=on_problem)
+    finally:
+        sandbox.close()
+    wall = time.perf_counter() - t0
+    tools = [CODE_INTERPRETER_SCHEMA]
+    rows = [{"messages": r.messages, "tools": tools, "uid": r.uid, "env": "math"} for r in kept]
+    write_rows(args.out, rows)
+    lengths = []  # (total, prompt) tokens of each row as `serl sft` renders it
+    for r in rows:
+        _, mask = render_sft_conversation(tok, r["messages"], tools)
+        lengths.append((len(mask), mask.index(1)))
+    budget = cfg.data.max_prompt_length + cfg.data.max_response_length
+    s = stats.as_dict()
+    print(f"\nserl data expert: math gsm8k:{part}, {s['seen']} problems (seed {args.seed}) in {wall:.1f} s")
+    print(f"  kept {s['kept']} rows; skipped " + ", ".join(f"{k} {s['skipped'][k]}" for k in SKIP_REASONS)
+          + f" (max_tool_calls={options.max_tool_calls}, min_tool_calls={options.min_tool_calls})")
+    for reason, examples in stats.examples.items():
+        print(f"    e.g. {reason}: " + "; ".join(examples))
+    print("  tool calls per row: " + ", ".join(f"{k}: {v}" for k, v in s["calls_per_row"].items()))
+    if lengths:
+        longest = max(lengths)
+        print(f"  longest row: {longest[0]} tokens (prompt {longest[1]}) vs data.max_prompt_length + "
+              f"max_response_length = {budget}; {sum(n > budget for n, _ in lengths)} rows longer (serl sft cuts them)")
+        print(f"  longest prompt: {max(p for _, p in lengths)} tokens (data.max_prompt_length="
+              f"{cfg.data.max_prompt_length})")
+    print(f"  written to {args.out}")
+    return 0
+
+
 def cmd_data_expert(args) -> int:
-    """``serl data expert``: expert trajectories as SFT rows (:mod:`serl.rollout.expert`)."""
+    """``serl data expert``: expert trajectories as SFT rows (:mod:`serl.rollout.expert`; math:
+    :func:`_data_expert_math`)."""
+    if args.env == "math":
+        return _data_expert_math(args)
     import time
 
     from tqdm.auto import tqdm
@@ -247,6 +330,8 @@ def cmd_data_expert(args) -> int:
                           f"use a {args.env} recipe or env.name={args.env}")
     if args.num_tasks == 0 or args.num_tasks < -1:
         raise ConfigError(f"--num-tasks must be >= 1 (or -1 for the whole split), got {args.num_tasks}")
+    if args.min_score is None:
+        args.min_score = 1.0
     if not 0.0 <= args.min_score <= 1.0:
         raise ConfigError(f"--min-score must be in [0, 1], got {args.min_score}")
     env_cls = get_env_class(args.env)
@@ -338,23 +423,28 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--dest", help="destination folder (default $SERL_DATA or ~/.cache/serl/data; "
                                    "+/alfworld or +/math)")
     dl.set_defaults(fn=cmd_data)
-    ex = dsub.add_parser("expert", help="expert trajectories as supervised (SFT) rows, one JSON line per step",
+    ex = dsub.add_parser("expert", help="expert trajectories as supervised (SFT) rows, one JSON line per step "
+                         "(math: per problem)",
                          description="Play each task's expert (ALFWorld: the game's walkthrough; WebShop: a "
                          "goal-reading oracle) through the env and write one row per step: the RL step prompt "
-                         "and the target reply <think>...</think><action>...</action>.")
-    ex.add_argument("env", choices=["alfworld", "webshop"])
-    ex.add_argument("overrides", nargs="*", help="recipe=NAME (default cpu / webshop) and dotted key=value "
-                    "overrides (env.history_length, data.max_prompt_length, model.path for the chat template)")
+                         "and the target reply <think>...</think><action>...</action>. math: turn each GSM8K "
+                         "solution's <<expr=result>> annotations into code_interpreter calls run in the sandbox "
+                         "and write one multi-turn row per problem (messages + tools).")
+    ex.add_argument("env", choices=["alfworld", "webshop", "math"])
+    ex.add_argument("overrides", nargs="*", help="recipe=NAME (default cpu / webshop / cpu_math) and dotted key=value "
+                    "overrides (env.history_length, data.max_prompt_length, env.math.*, env.sandbox.*, "
+                    "model.path for the chat template)")
     ex.add_argument("--out", required=True, help="output JSONL file")
-    ex.add_argument("--split", default="train", help="task split (default train)")
+    ex.add_argument("--split", default="train", help="task split (default train; math: train or test of GSM8K)")
     ex.add_argument("--num-tasks", type=int, default=-1, help="tasks drawn with --seed (default -1: all)")
     ex.add_argument("--seed", type=int, default=0, help="task order and think-template seed")
     ex.add_argument("--data-dir", help="data folder (sets env.data_dir)")
-    ex.add_argument("--min-score", type=float, default=1.0,
-                    help="keep episodes whose final task score (0-1) is at least this (default 1.0: won only)")
+    ex.add_argument("--min-score", type=float, default=None,
+                    help="keep episodes whose final task score (0-1) is at least this (default 1.0: won only; "
+                    "not for math)")
     ex.add_argument("--max-steps", type=int, default=None,
                     help="episode step limit (default: the env's own, ALFWorld 50 / WebShop 15; "
-                    "env.max_steps of the RL recipe is not used)")
+                    "env.max_steps of the RL recipe is not used; not for math)")
     ex.set_defaults(fn=cmd_data_expert)
     return p
 

@@ -1,22 +1,16 @@
-"""``serl sft``: supervised fine-tuning of the policy on expert step rows (a cold start for RL).
+"""``serl sft``: supervised fine-tuning of the policy on expert rows (a cold start for RL).
 
-Input: a JSONL file, one row per env step, as written by ``serl data expert``::
+Input: a JSONL file written by ``serl data expert``: step rows (one env step, a user prompt and a
+``response`` string: ALFWorld, WebShop) or conversation rows (multi-turn ``messages`` with tool
+calls and ``tools``: math). Reading, tokenisation and batching are :mod:`serl.train.sft_data`;
+tokenisation is the RL rollout's, so that SFT trains exactly the tokens RL later samples (step
+rows: the chat prompt cut from the left to ``data.max_prompt_length``, the reply + end-of-turn
+token cut to ``data.max_response_length``; conversation rows: :mod:`serl.agent.tool_chat`'s
+rendering with its loss mask, cut from the right to the sum of both lengths; cut rows are counted
+and warned about).
 
-    {"env", "task_id", "task_type", "step", "messages": [{"role": "user", "content": PROMPT}],
-     "response": "<think>...</think><action>...</action>", "action", "won", "episode_reward"}
-
-Tokenisation is the RL rollout's, so that SFT trains exactly the tokens RL later samples:
-
-- prompt ids = :func:`serl.agent.chat.chat_prompt_ids` of the user message (the tokenizer's chat
-  template with its generation prompt), cut from the left to ``data.max_prompt_length`` as the
-  rollout collector does;
-- target ids = the tokenizer's ids of ``response`` (no special tokens) followed by the tokenizer's
-  ``eos_token_id`` (for SmolLM2's ChatML template ``<|im_end|>``, the token the rollout engine
-  stops on), so the model learns to end its turn; cut to ``data.max_response_length`` (such rows
-  are counted and warned about: a cut reply loses its end-of-turn token).
-
-The loss is the token-mean cross-entropy over the reply tokens of one optimizer batch (prompt and
-padding tokens carry no loss), the standard SFT objective on completions only (as TRL's
+The loss is the token-mean cross-entropy over the reply tokens of one optimizer batch (prompt,
+padding and tool-output tokens carry no loss), the standard SFT objective on completions only (as TRL's
 ``SFTTrainer`` with ``completion_only_loss``). Gradients accumulate over micro-batches, each
 micro-batch's summed loss divided by the whole batch's reply-token count, so the update does not
 depend on the micro-batch size. A batch row is ``[left-padded prompt | right-padded reply]`` as in
@@ -43,7 +37,6 @@ model.path=<run>/model`` and ``serl eval model.path=<run>/model`` load it like a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -63,15 +56,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from serl.agent.chat import chat_prompt_ids
 from serl.config import Config, to_yaml
-from serl.errors import CheckpointError, ConfigError, SerlError
+from serl.errors import CheckpointError, ConfigError
 from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
 from serl.models.lora import apply_lora
 from serl.train.checkpoint import remove_stale_tmp_dirs
 from serl.train.grad_ckpt import GradCheckpointing, prepare_checkpointing
 from serl.train.metrics import MetricsLogger
 from serl.train.run_dir import RunLock, check_run_dir, create_run_dir
+# SFTExample, encode_row: re-exported (the public names of serl.train.sft before the data part moved)
+from serl.train.sft_data import SFTBatch, SFTExample, collate_sft, encode_row, encode_rows, file_sha256, read_rows  # noqa: F401
 from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
 
 log = logging.getLogger(__name__)
@@ -81,139 +75,11 @@ DEFAULT_LR_FULL = 2e-5
 DEFAULT_LR_LORA = 2e-4
 
 
-# ---------------------------------------------------------------------------------------- data
-@dataclass
-class SFTExample:
-    """One tokenised row.
-
-    Attributes:
-        prompt_ids: chat prompt token ids (generation prompt included), ``<= max_prompt_length``.
-        target_ids: reply token ids + end-of-turn id, ``<= max_response_length``; all carry loss.
-        prompt_truncated: the prompt was cut from the left.
-        response_truncated: the reply was cut from the right (its end-of-turn token is lost).
-    """
-
-    prompt_ids: list[int]
-    target_ids: list[int]
-    prompt_truncated: bool = False
-    response_truncated: bool = False
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.target_ids)
-
-
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Read expert rows from a JSONL file (blank lines skipped).
-
-    Raises:
-        SerlError: the file is missing or empty, a line is not JSON, or a row lacks a user
-            message (``messages[0]`` with role ``user`` and a string ``content``) or a string
-            ``response``; the message names the file and line.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise SerlError(f"SFT data file {p} does not exist (write one with `serl data expert`)")
-    rows = []
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SerlError(f"{p}:{n}: not a JSON line ({e})") from None
-            msgs = row.get("messages") if isinstance(row, dict) else None
-            ok_msg = (isinstance(msgs, list) and msgs and isinstance(msgs[0], dict)
-                      and msgs[0].get("role") == "user" and isinstance(msgs[0].get("content"), str))
-            if not ok_msg:
-                raise SerlError(f"{p}:{n}: a row needs messages[0] = {{'role': 'user', 'content': <prompt>}}")
-            if not isinstance(row.get("response"), str) or not row["response"]:
-                raise SerlError(f"{p}:{n}: a row needs a non-empty string 'response'")
-            rows.append(row)
-    if not rows:
-        raise SerlError(f"SFT data file {p} holds no rows")
-    return rows
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file (checked on ``--resume``: the data must not change under a run)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(1 << 20):
-            h.update(b)
-    return h.hexdigest()
-
-
-def encode_row(tokenizer, row: dict[str, Any], max_prompt_length: int, max_response_length: int) -> SFTExample:
-    """Tokenise one row as the RL rollout would see it (module docstring).
-
-    Args:
-        tokenizer: the policy's tokenizer (with a chat template and an ``eos_token_id``).
-        row: a row from :func:`read_rows`.
-        max_prompt_length: tokens; a longer prompt keeps its last ``max_prompt_length`` ids.
-        max_response_length: tokens; a longer target keeps its first ``max_response_length`` ids.
-    """
-    prompt = chat_prompt_ids(tokenizer, row["messages"][0]["content"])
-    target = tokenizer(row["response"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-    ex = SFTExample(prompt[-max_prompt_length:], target[:max_response_length],
-                    len(prompt) > max_prompt_length, len(target) > max_response_length)
-    return ex
-
-
-def encode_rows(tokenizer, rows: list[dict[str, Any]], cfg: Config) -> list[SFTExample]:
-    """:func:`encode_row` on every row; warns with the number of cut prompts and replies."""
-    exs = [encode_row(tokenizer, r, cfg.data.max_prompt_length, cfg.data.max_response_length) for r in rows]
-    n_p = sum(e.prompt_truncated for e in exs)
-    n_r = sum(e.response_truncated for e in exs)
-    if n_p:
-        log.warning("%d of %d SFT prompts exceed data.max_prompt_length=%d: cut from the left",
-                    n_p, len(exs), cfg.data.max_prompt_length)
-    if n_r:
-        log.warning("%d of %d SFT replies exceed data.max_response_length=%d: cut (they lose their "
-                    "end-of-turn token); raise data.max_response_length", n_r, len(exs),
-                    cfg.data.max_response_length)
-    return exs
-
-
-@dataclass
-class SFTBatch:
-    """A padded micro-batch: row ``b`` is ``[pad.. | prompt | reply | pad..]``.
-
-    Attributes:
-        input_ids: ``[B, P + R]`` long; P = longest prompt, R = longest reply.
-        attention_mask: ``[B, P + R]`` long, 1 on real tokens.
-        position_ids: ``[B, P + R]`` long, 0 at each row's first real token.
-        response_ids: ``[B, R]`` long, the targets (pad id where ``response_mask`` is 0).
-        response_mask: ``[B, R]`` float 0/1, 1 exactly on reply tokens: the loss (label) mask.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
-    response_ids: torch.Tensor
-    response_mask: torch.Tensor
-
-
-def collate_sft(examples: list[SFTExample], pad_id: int) -> SFTBatch:
-    """Pad ``examples`` into one :class:`SFTBatch` (prompts left-padded, replies right-padded)."""
-    P = max(len(e.prompt_ids) for e in examples)
-    R = max(len(e.target_ids) for e in examples)
-    B = len(examples)
-    ids = torch.full((B, P + R), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, P + R), dtype=torch.long)
-    for b, e in enumerate(examples):
-        p, t = e.prompt_ids, e.target_ids
-        ids[b, P - len(p): P] = torch.tensor(p, dtype=torch.long)
-        ids[b, P: P + len(t)] = torch.tensor(t, dtype=torch.long)
-        attn[b, P - len(p): P + len(t)] = 1
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    return SFTBatch(ids, attn, pos, ids[:, P:].clone(), attn[:, P:].float())
-
-
+# ---------------------------------------------------------------------------------------- loss
 def reply_token_nll(model, batch: SFTBatch) -> torch.Tensor:
-    """Per-token negative log-likelihood of the reply tokens, ``[B, R]`` float32 (nats); 0 where
-    ``response_mask`` is 0. Only the reply positions go through the LM head."""
+    """Per-token negative log-likelihood of the target tokens, ``[B, R]`` float32 (nats); 0 where
+    ``response_mask`` is 0 (padding, and a conversation's tool turns and headers: their logits
+    do not enter the result). Only the target positions go through the LM head."""
     R = batch.response_ids.shape[1]
     dev = next(model.parameters()).device
     out = model(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev),
@@ -489,7 +355,7 @@ class SFTTrainer:
         lr = lr_at(self.step, self.lr, sft.warmup_steps, self.total_steps, sft.lr_scheduler)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
-        n_reply = sum(len(self.examples[i].target_ids) for i in rows)
+        n_reply = sum(self.examples[i].num_loss_tokens for i in rows)
         loss_sum = 0.0
         self.grad_ckpt.begin()
         for mb in self._micro_batches(rows):
@@ -522,7 +388,7 @@ class SFTTrainer:
                 mb = examples[k: k + m]
                 with self._autocast():
                     tot += reply_token_nll(self.model, collate_sft(mb, self.tokenizer.pad_token_id)).sum().item()
-                n += sum(len(e.target_ids) for e in mb)
+                n += sum(e.num_loss_tokens for e in mb)
         finally:
             self.model.train()
         return tot / max(1, n)
