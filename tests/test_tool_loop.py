@@ -362,3 +362,23 @@ def test_successful_sample_mode_on_math_rows_shows_a_winning_sibling(pool, token
     ctxs = build_privileged_contexts(groups, SerlConfig(enable=True, sampling_mode="successful_sample"))
     assert ctxs[1] is not None and ctxs[1].sources == {"success"} and "\\boxed{72}" in ctxs[1].block()
     assert "\\boxed{5}" not in ctxs[1].block()
+
+
+def test_two_calls_in_one_turn_run_only_the_first_and_fences_are_stripped(pool, tokenizer):
+    two = ("Two calls.\n" + format_tool_call("code_interpreter", {"code": "```python\nprint(6*7)\n```"})
+           + "\n" + format_tool_call("code_interpreter", {"code": "print(999)"}))
+    _, _, s = run(pool, tokenizer, [two, "\\boxed{72}"])
+    text = tokenizer.decode(s.response_ids)
+    assert s.info["tool_status"] == ["ok"] and s.info["tool_calls"] == 1  # one message, its first call
+    assert "<tool_response>\n42\n</tool_response>" in text and "<tool_response>\n999" not in text
+
+
+def test_tool_output_is_cut_in_the_middle_at_tool_response_max_chars(tokenizer):
+    p = EnvPool("math", num_envs=2, num_workers=1, env_kwargs={
+        "tool_response_max_chars": 20, "sandbox": {"backend": "local", "timeout_s": 2.0}})
+    try:
+        _, _, s = run(p, tokenizer, [call("print('a' * 50 + 'b' * 50)"), "\\boxed{72}"])
+    finally:
+        p.close()
+    assert "<tool_response>\n" + "a" * 10 + "...(truncated)..." + "b" * 10 + "\n</tool_response>" in \
+        tokenizer.decode(s.response_ids)
