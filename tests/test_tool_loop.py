@@ -382,3 +382,13 @@ def test_tool_output_is_cut_in_the_middle_at_tool_response_max_chars(tokenizer):
         p.close()
     assert "<tool_response>\n" + "a" * 10 + "...(truncated)..." + "b" * 10 + "\n</tool_response>" in \
         tokenizer.decode(s.response_ids)
+
+
+def test_trace_row_of_a_math_row_marks_the_inserted_tokens(pool, tokenizer):
+    from serl.train.teacher_log import token_char_spans, trace_row
+
+    _, traj, s = run(pool, tokenizer, [call("print(72)"), "\\boxed{72}"])
+    row = trace_row(traj, s, token_char_spans(tokenizer, s.response_ids), 0.5, True)
+    assert row["loss_mask"] == s.loss_mask and 0 in row["loss_mask"]
+    inserted = "".join(row["response"][a:b] for (a, b), m in zip(row["tokens"], row["loss_mask"]) if m == 0)
+    assert "<tool_response>\n72\n</tool_response>" in inserted and "boxed" not in inserted

@@ -187,7 +187,9 @@ def trace_row(traj: Trajectory, step: Step, spans: list[list[int]], advantage: f
             log-prob in nats per token; see :func:`serl.algos.selective_weights.serl_token_weights`).
 
     Returns:
-        A JSON-able dict (task, step, reply, ``tokens``, ``action_mask``, ``action_spans`` ...).
+        A JSON-able dict (task, step, reply, ``tokens``, ``action_mask``, ``action_spans`` ...);
+        ``loss_mask``: per token, 0 where the rollout inserted it rather than sampled it (tool
+        outputs and chat glue of a math row; :attr:`Step.loss_mask`), None for step rows.
     """
     return {
         "uid": traj.uid, "traj_uid": traj.traj_uid, "task_id": traj.task.task_id,
@@ -197,7 +199,8 @@ def trace_row(traj: Trajectory, step: Step, spans: list[list[int]], advantage: f
         "reward": step.reward, "feedback": step.feedback, "done": step.done,
         "advantage": float(advantage), "trained": bool(trained),
         "tokens": spans, "action_mask": list(step.action_mask),
-        "action_spans": merged_spans(spans, step.action_mask), "serl": serl,
+        "action_spans": merged_spans(spans, step.action_mask),
+        "loss_mask": None if step.loss_mask is None else step.trained_mask(), "serl": serl,
     }
 
 
