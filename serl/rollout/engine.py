@@ -188,10 +188,10 @@ class HFEngine:
                 )
                 kwargs.update(self._cache_kwargs())
                 if self.unpadded_prefill and width > 1:
-                    from serl.rollout.prefill import prefilled_cache
+                    from serl.rollout.prefill import CACHE_ARG, prefilled_cache
 
-                    kwargs["past_key_values"] = prefilled_cache(self.model, [prompts[i] for i in idx], width,
-                                                                params.max_new_tokens, dedup=self.prefix_caching)
+                    kwargs[CACHE_ARG] = prefilled_cache(self.model, [prompts[i] for i in idx], width,
+                                                        params.max_new_tokens, dedup=self.prefix_caching)
                 if params.do_sample:
                     kwargs.update(temperature=params.temperature, top_p=params.top_p,
                                   top_k=params.top_k if params.top_k > 0 else 0)

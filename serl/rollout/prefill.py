@@ -26,10 +26,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from packaging.version import Version
+from transformers import __version__ as _transformers_version
 from transformers.cache_utils import Cache, DynamicLayer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+
+#: the name of the KV cache in transformers' ``generate`` and model ``forward`` arguments and in model
+#: outputs: ``cache`` from transformers 5.24 on, where ``past_key_values`` is deprecated (a
+#: ``FutureWarning`` from ``generate``, a logged warning from ``forward`` and ``output.past_key_values``;
+#: huggingface/transformers v5.24.0 ``generation/utils.py``, ``utils/generic.py``); ``past_key_values``
+#: in the 5.x releases before, which do not know ``cache``
+CACHE_ARG = "cache" if Version(_transformers_version).release >= (5, 24) else "past_key_values"
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -126,7 +136,7 @@ def prefilled_cache(model: "PreTrainedModel", prompts: list[list[int]], width: i
         if not head:  # a one-token prompt: nothing to prefill, its columns stay padding
             continue
         out = model(input_ids=torch.tensor([head], device=device), use_cache=True, logits_to_keep=1)
-        for layer_idx, layer in enumerate(out.past_key_values.layers):
+        for layer_idx, layer in enumerate(getattr(out, CACHE_ARG).layers):
             k, v = layer.keys, layer.values  # [1, KV, n, D]
             if layer_idx == len(keys):
                 keys.append(k.new_zeros((len(prompts), k.shape[1], capacity, k.shape[3])))
