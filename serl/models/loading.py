@@ -302,9 +302,12 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
     if adapter:
         from peft import PeftModel
 
+        from serl.models.lora import peft_wrapping
+
         folder = resolve_adapter_path(adapter)
         try:
-            model = PeftModel.from_pretrained(model, folder).merge_and_unload()
+            with peft_wrapping():
+                model = PeftModel.from_pretrained(model, folder).merge_and_unload()
         except Exception as e:
             raise ModelLoadError(f"could not apply the adapter {folder!r} to {path!r}: {e}") from e
         model = model.to(dtype)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional
+import warnings
 
 import torch
 
@@ -38,6 +39,26 @@ def lora_config(lo: "ModelLoraConfig", inference_mode: bool = False):
                       task_type="CAUSAL_LM", inference_mode=inference_mode)
 
 
+@contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Around building a ``peft.PeftModel`` (``get_peft_model``, ``PeftModel.from_pretrained``):
+    ignore the one ``FutureWarning`` PEFT's own code causes there, nothing else.
+
+    A last resort, not a fix: peft 0.21.2 (the newest release) reads
+    ``getattr(model, "is_gradient_checkpointing", True)`` in ``PeftModel.__init__``
+    (``peft/peft_model.py`` line 184; ``peft/mixed_model.py`` line 39 likewise), a property that
+    transformers >= 5.23 deprecated for ``is_activation_checkpointing`` and that warns on every
+    read (``transformers/modeling_utils.py``, ``PreTrainedModel.is_gradient_checkpointing``).
+    serl never reads it; no argument of serl's avoids PEFT's read. The filter matches only that
+    message raised from ``transformers.modeling_utils``; drop it once PEFT reads
+    ``is_activation_checkpointing``.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning,
+                                module=r"transformers\.modeling_utils$")
+        yield
+
+
 def apply_lora(model, lo: "ModelLoraConfig"):
     """Wrap ``model`` with LoRA adapters (``peft.get_peft_model``); only they train afterwards.
 
@@ -54,7 +75,8 @@ def apply_lora(model, lo: "ModelLoraConfig"):
     from peft import get_peft_model
 
     try:
-        return get_peft_model(model, lora_config(lo))
+        with peft_wrapping():
+            return get_peft_model(model, lora_config(lo))
     except ValueError as e:  # peft: "Target modules ... not found in the base model"
         raise ConfigError(f"model.lora.target_modules: {e}") from e
 
