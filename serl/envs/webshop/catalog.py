@@ -18,7 +18,9 @@ exactly as WebShop's ``engine.load_products`` does:
 The *hidden* price the reward compares with the goal's budget is ``pricing[0]``, or for a
 price range a uniform draw in ``[a, b]``. WebShop draws it from the unseeded global ``random``
 when the environment is built; we draw it per episode from ``(seed, goal index, asin)``
-(:func:`hidden_price`) so every run, worker and group member sees the same prices.
+(:func:`hidden_price`) so every run, worker and group member sees the same prices, unless
+``env.webshop.task_prices`` gives a task's prices explicitly (:class:`serl.envs.webshop.goals.TaskPrice`).
+Pages show ``Price`` (the tag), never the hidden price, as in WebShop.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 One env plays one goal at a time. :meth:`WebShopEnv.reset` takes a :class:`Task` whose
 ``task_id`` is the goal index in WebShop's seed-233 order (``"h<k>"`` for human goal ``k``) and
-whose ``seed`` fixes the episode's hidden prices and budget (:mod:`serl.envs.webshop.goals`).
+whose ``seed`` fixes the episode's hidden prices and budget (:mod:`serl.envs.webshop.goals`), save
+those given explicitly by ``env.webshop.task_prices`` (budget, target's and other products' hidden prices).
 
 Per step it returns (as ``princeton-nlp/WebShop``'s text env and verl-agent's, ``xlan156/verl-agent@8ca3a46``):
 
@@ -37,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
 from serl.envs.webshop import data as wsdata
 from serl.envs.webshop.catalog import Catalog, hidden_price, load_catalog, search_contents
-from serl.envs.webshop.goals import Goal, TaskPrice, load_task_prices, ordered_goals, priced_goal, split_indices
+from serl.envs.webshop.goals import (Goal, TaskPrice, check_task_prices, load_task_prices, ordered_goals, priced_goal,
+                                     split_indices)
 from serl.envs.webshop.pages import OBSERVATION_MODES, SEP, Site
 from serl.envs.webshop.reward import get_reward
 from serl.envs.webshop.search import TOP_K, SearchIndex
@@ -131,11 +133,13 @@ class WebShopEnv(BaseTextEnv):
             node, ``[button] X [button_]`` marks, ``[clicked button]`` on chosen option values and
             opened products, ``You have clicked X.`` lines first); the observation is then that
             text as it is.
-        task_prices: explicit per-task budgets and target prices, a JSON file path or a mapping
-            (:func:`serl.envs.webshop.goals.load_task_prices`), overriding the seeded draws.
+        task_prices: explicit per-task budgets and hidden prices (the target's and any other
+            product's), a JSON file path or a mapping (:func:`serl.envs.webshop.goals.load_task_prices`),
+            overriding the seeded draws.
 
     Raises:
-        EnvError: bad or unknown options, missing or corrupt data.
+        EnvError: bad or unknown options, missing or corrupt data; in ``task_prices`` an unknown
+            task id or ASIN, a bad price, or a target price given twice with two values.
     """
 
     name = "webshop"
@@ -150,10 +154,12 @@ class WebShopEnv(BaseTextEnv):
         self.observation_mode = observation_mode
         self.task_prices: dict[str, TaskPrice] = load_task_prices(task_prices)
         self.target_price: Optional[float] = None
+        self.explicit_prices: Optional[TaskPrice] = None
         self.max_steps = int(max_steps)
         self.data_dir = data_dir
         self.show_attrs = show_attrs
         self.world = load_world(data_dir)
+        check_task_prices(self.task_prices, self.world.catalog, self._goal_of_id)
         self.site: Optional[Site] = None
         self.task: Optional[Task] = None
         self.goal: Optional[Goal] = None
@@ -217,6 +223,10 @@ class WebShopEnv(BaseTextEnv):
         prefix = HUMAN_PREFIX if human_goals else ""
         return [Task("webshop", f"{prefix}{i}", "webshop", int(seed)) for i in idx]
 
+    def _goal_of_id(self, tid: str) -> Goal:
+        goals, i = self._goal_of(Task("webshop", tid, "webshop", 0))
+        return goals[i]
+
     def _goal_of(self, task: Task) -> tuple[list[Goal], int]:
         tid = str(task.task_id)
         human = tid.startswith(HUMAN_PREFIX)
@@ -235,7 +245,8 @@ class WebShopEnv(BaseTextEnv):
         if task.env_name != "webshop":
             raise EnvError(f"task {task.task_id!r} is for env {task.env_name!r}, not webshop")
         goals, i = self._goal_of(task)
-        pg = priced_goal(self.world.catalog, goals, i, int(task.seed), self.task_prices.get(str(task.task_id)))
+        self.explicit_prices = self.task_prices.get(str(task.task_id))
+        pg = priced_goal(self.world.catalog, goals, i, int(task.seed), self.explicit_prices)
         self.task, self.goal, self.goal_index = task, pg.goal, i
         self.price_upper = pg.price_upper
         self.target_price = pg.price
@@ -281,9 +292,9 @@ class WebShopEnv(BaseTextEnv):
         st = self.site.state
         cat = self.world.catalog
         product = cat.by_asin[st.asin]
-        if self.target_price is not None and product.asin == self.goal.asin:
-            price = self.target_price  # explicit (env.webshop.task_prices)
-        else:
+        ex = self.explicit_prices  # env.webshop.task_prices; WebShop: product_prices[asin] (SimServer.done)
+        price = ex.hidden_price_of(product.asin, self.goal.asin) if ex is not None else None
+        if price is None:
             price = hidden_price(product, int(self.task.seed), self.goal_index)
         score, details = get_reward(cat, product, self.goal, price, self.price_upper, dict(st.options))
         st.score = score

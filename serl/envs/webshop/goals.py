@@ -28,23 +28,26 @@ changes between runs. We draw it per goal from ``(seed, goal index)``
 (:func:`price_clause`): deterministic, identical for all members of a group, and independent
 of which worker runs the episode.
 
-**Explicit prices.** To reproduce a published run or compare with the original env, a task's
-``price_upper`` and its target's hidden price can be given explicitly (``env.webshop.task_prices``:
-a JSON file or mapping, :func:`load_task_prices`); they override the seeded draws.
+**Explicit prices.** To reproduce a published run or replay an original WebShop session, a
+task's ``price_upper``, its target's hidden price and the hidden price of any other product can
+be given explicitly (``env.webshop.task_prices``: a JSON file or mapping, :func:`load_task_prices`);
+they override the seeded draws. As in the original, a hidden price is used only where WebShop
+uses ``product_prices``: the budget draw above the target's price (``goal.py:get_synthetic_goals``
+/ ``get_human_goals``) and the purchase's price term (``web_agent_text_env.py:SimServer.done``);
+the pages show the catalogue's ``Price`` tag (``$a to $b``) either way.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import math
 import os
 import random
-from dataclasses import dataclass
-from typing import Any, Optional, Union
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Union
 
 from serl.envs.base import EnvError
 from serl.envs.webshop.catalog import Catalog, Product, hidden_price
+from serl.envs.webshop.options import read_task_prices
 
 #: WebShop's budget grid (dollars)
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
@@ -186,11 +189,12 @@ def price_clause(target: Product, seed: int, index: int, price: Optional[float] 
 def priced_goal(catalog: Catalog, goals: list[Goal], index: int, seed: int,
                 explicit: Optional["TaskPrice"] = None) -> PricedGoal:
     """Goal ``index`` of ``goals`` with its price clause for ``seed``, or with the explicit
-    ``price_upper`` / target price of ``explicit`` (:func:`load_task_prices`) where given."""
+    ``price_upper`` / target price of ``explicit`` (:func:`load_task_prices`; the target's price
+    is ``price``, else ``product_prices[target]``) where given."""
     if not 0 <= index < len(goals):
         raise EnvError(f"WebShop goal index {index} out of range: there are {len(goals)} goals")
     g = goals[index]
-    price = explicit.price if explicit is not None else None
+    price = explicit.hidden_price_of(g.asin, g.asin) if explicit is not None else None
     if explicit is not None and explicit.price_upper is not None:
         upper, text = explicit.price_upper, price_text(explicit.price_upper)
     else:
@@ -200,7 +204,7 @@ def priced_goal(catalog: Catalog, goals: list[Goal], index: int, seed: int,
 
 @dataclass(frozen=True)
 class TaskPrice:
-    """Explicit prices of one task (``env.webshop.task_prices``); None = serl's seeded draw.
+    """Explicit prices of one task (``env.webshop.task_prices``); None / absent = serl's seeded draw.
 
     Attributes:
         price_upper: the budget in dollars, shown in the instruction (``, and price lower than
@@ -208,52 +212,63 @@ class TaskPrice:
             the purchase's price by the reward.
         price: the target product's hidden price in dollars (WebShop's ``product_prices[asin]``),
             used by the reward when the target is bought and, without ``price_upper``, as the
-            price the budget is drawn above. Other products keep their seeded prices.
+            price the budget is drawn above.
+        product_prices: ``{asin: dollars}``, the hidden price of any product in this task (the
+            target too, when ``price`` is not given), used by the reward when that product is
+            bought. Products not listed keep their seeded prices.
     """
 
     price_upper: Optional[float] = None
     price: Optional[float] = None
+    product_prices: dict[str, float] = field(default_factory=dict)
 
-
-def _price_value(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise EnvError(f"{where} must be a finite number >= 0 (dollars), got {v!r}")
-    return float(v)
+    def hidden_price_of(self, asin: str, target: str) -> Optional[float]:
+        """The explicit hidden price of product ``asin`` in a task whose target is ``target``:
+        ``price`` for the target when given, else ``product_prices[asin]``; None = the seeded draw."""
+        if asin == target and self.price is not None:
+            return self.price
+        return self.product_prices.get(asin)
 
 
 def load_task_prices(spec: Union[str, os.PathLike, dict, None]) -> dict[str, TaskPrice]:
     """Explicit per-task prices: ``{task_id: TaskPrice}`` from a JSON file or a mapping.
 
     The JSON is an object keyed by task id (``"12"`` for synthetic goal 12, ``"h3"`` for human
-    goal 3), each value an object with ``price_upper`` and/or ``price`` (dollars), e.g.
-    ``{"0": {"price_upper": 40.0, "price": 23.99}}``.
+    goal 3), each value an object with ``price_upper``, ``price`` and/or ``product_prices``
+    (dollars; :func:`serl.envs.webshop.options.read_task_prices`), e.g.
+    ``{"0": {"price_upper": 40.0, "price": 23.99}}`` or
+    ``{"10": {"price_upper": 48.0, "product_prices": {"B08LKKSL8F": 47.5, "B09Q67H373": 5.55}}}``.
+    Whether the task ids and ASINs exist is checked by :func:`check_task_prices`.
 
     Raises:
-        EnvError: unreadable file, bad JSON, unknown keys or non-numeric / negative values.
+        EnvError: unreadable file, bad JSON, unknown keys, non-numeric / negative values, or a
+            ``product_prices`` price that is not > 0 (naming the task and the ASIN).
     """
-    if spec is None:
-        return {}
-    if isinstance(spec, (str, os.PathLike)):
-        try:
-            with open(spec, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as e:
-            raise EnvError(f"env.webshop.task_prices: cannot read {str(spec)!r}: {e.strerror or e}") from None
-        except ValueError as e:
-            raise EnvError(f"env.webshop.task_prices: {str(spec)!r} is not valid JSON: {e}") from None
-    else:
-        data = spec
-    if not isinstance(data, dict):
-        raise EnvError(f"env.webshop.task_prices must map task ids to {{price_upper, price}}, got {type(data).__name__}")
-    out = {}
-    for tid, entry in data.items():
+    return {tid: TaskPrice(e["price_upper"], e["price"], e["product_prices"])
+            for tid, e in read_task_prices(spec, EnvError).items()}
+
+
+def check_task_prices(prices: dict[str, TaskPrice], catalog: Catalog, goals_of: Callable[[str], Goal]) -> None:
+    """Check explicit prices against the catalogue and the goals: every ``product_prices`` ASIN
+    is a product of ``catalog``, and ``price`` and ``product_prices[target]``, when both given,
+    agree. ``goals_of(task_id)`` is the task's goal (raising :class:`EnvError` for an unknown id).
+
+    Raises:
+        EnvError: naming the task id (and the ASIN): an unknown task id or ASIN, or two
+            different target prices.
+    """
+    for tid, tp in prices.items():
         where = f"env.webshop.task_prices[{tid!r}]"
-        if not isinstance(entry, dict) or not entry or set(entry) - {"price_upper", "price"}:
-            raise EnvError(f"{where} must be an object with 'price_upper' and/or 'price', got {entry!r}")
-        up = entry.get("price_upper")
-        pr = entry.get("price")
-        out[str(tid)] = TaskPrice(
-            price_upper=None if up is None else _price_value(up, f"{where}.price_upper"),
-            price=None if pr is None else _price_value(pr, f"{where}.price"),
-        )
-    return out
+        try:
+            goal = goals_of(tid)
+        except EnvError as e:
+            raise EnvError(f"{where}: {e}") from None
+        for asin in tp.product_prices:
+            if asin not in catalog.by_asin:
+                hint = f" (ASINs are upper case: {asin.upper()!r})" if asin.upper() in catalog.by_asin else ""
+                raise EnvError(f"{where}.product_prices: unknown ASIN {asin!r}: no such product in the "
+                               f"{len(catalog.products)}-product catalogue of {catalog.data_dir}{hint}")
+        both = tp.product_prices.get(goal.asin)
+        if tp.price is not None and both is not None and both != tp.price:
+            raise EnvError(f"{where}: 'price' {tp.price} and product_prices[{goal.asin!r}] {both} both set the "
+                           f"hidden price of the target {goal.asin} and differ; give one of them")
