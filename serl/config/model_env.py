@@ -184,7 +184,8 @@ class EnvConfig:
     #: WebShop options: ``human_goals`` (bool), ``show_attrs`` (bool), ``seed`` (int),
     #: ``observation_mode`` (``text`` = WebShop's ``[SEP]`` text, the default, as verl-agent; or
     #: ``text_rich``, WebShop's marked-up mode) and ``task_prices`` (a JSON file path, or a
-    #: mapping, of explicit per-task ``price_upper`` / ``price``; see the README's WebShop part)
+    #: mapping, of explicit per-task ``price_upper`` / ``price`` / ``product_prices`` (every
+    #: product's hidden price by ASIN); see the README's WebShop part)
     webshop: dict = field(default_factory=dict)
     #: math options (``env.name=math``), checked by ``serl.envs.math.options``: ``prompt_style``,
     #: ``scorer``, ``max_turns``, ``max_turn_tokens``, ``tool_response_max_chars``,
