@@ -1,10 +1,9 @@
-// serl report: draws the curves (inline SVG) and the trajectory browser from the JSON in #serl-data.
-// No network, no libraries.
+// serl report: draws the curves (with uPlot, inlined into the page by serl/report/html.py) and the
+// trajectory browser from the JSON in #serl-data. No network.
 (function () {
   "use strict";
   var DATA = JSON.parse(document.getElementById("serl-data").textContent);
   var PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
-  var SVGNS = "http://www.w3.org/2000/svg";
 
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
@@ -12,23 +11,11 @@
     if (text !== undefined && text !== null) e.textContent = String(text);
     return e;
   }
-  function svg(tag, attrs) {
-    var e = document.createElementNS(SVGNS, tag);
-    for (var k in (attrs || {})) e.setAttribute(k, attrs[k]);
-    return e;
-  }
   function fmt(v) {
     if (v === null || v === undefined) return "–";
     var a = Math.abs(v);
     if (a !== 0 && (a < 1e-3 || a >= 1e4)) return v.toExponential(2);
     return String(Math.round(v * 1000) / 1000);
-  }
-
-  function tick(v, range) {  // enough digits to tell the ticks of a narrow range apart
-    var digits = Math.max(0, Math.ceil(-Math.log10(range / 4)) + 1);
-    if (Math.abs(v) >= 1e4) return v.toExponential(2);
-    var t = v.toFixed(Math.min(digits, 8));
-    return t.length > 7 ? String(Number(v.toPrecision(6))) : t;
   }
 
   // ------------------------------------------------------------------ header
@@ -43,57 +30,146 @@
   });
 
   // ------------------------------------------------------------------ curves
-  function drawChart(panel) {
-    var W = 380, H = 210, L = 52, R = 8, T = 8, B = 24;
-    var box = el("div", {"class": "chart", "data-title": panel.title});
-    box.appendChild(el("h3", {}, panel.title));
-    var xs = [], ys = [];
-    panel.series.forEach(function (s) { s.points.forEach(function (p) { xs.push(p[0]); ys.push(p[1]); }); });
-    var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
-    var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
-    if (x1 === x0) { x0 -= 1; x1 += 1; }
-    if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
-    var pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
-    function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - R); }
-    function py(y) { return T + (1 - (y - y0) / (y1 - y0)) * (H - T - B); }
-    var g = svg("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img"});
-    for (var i = 0; i <= 4; i++) {
-      var yv = y0 + (y1 - y0) * i / 4;
-      g.appendChild(svg("line", {"class": "grid", x1: L, x2: W - R, y1: py(yv), y2: py(yv)}));
-      var t = svg("text", {x: L - 4, y: py(yv) + 3, "text-anchor": "end"}); t.textContent = tick(yv, y1 - y0); g.appendChild(t);
+  // Drawn by uPlot (vendor/uPlot.iife.min.js, inlined above this script): hover shows the values
+  // in the legend, drag selects iterations to zoom into, double-click zooms back out.
+  var AXIS_FONT = "11px system-ui, -apple-system, 'Segoe UI', sans-serif";
+  var DASHES = [[], [6, 3], [2, 2], [8, 3, 2, 3], [4, 4]];
+  var SPREADS = {minmax: "mean line, min–max band", std: "mean line, ± 1 std band (sample std)", none: "each run's own line"};
+  var WHOLE_INCRS = [];  // iterations are whole: ticks at 1, 2, 5, 10, 20, 25, 50, ... only
+  for (var e10 = 1; e10 <= 1e9; e10 *= 10) [1, 2, 2.5, 5].forEach(function (m) { if (m * e10 % 1 === 0) WHOLE_INCRS.push(m * e10); });
+  var measure = document.createElement("canvas").getContext("2d");
+  window.serlCharts = [];  // [{title, plot (the uPlot), meta [{role, key, run} per series]}]: for tests and the console
+
+  function rgba(hex, a) {
+    var n = parseInt(hex.slice(1), 16);
+    return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + a + ")";
+  }
+  function exp10(v) { return Math.floor(Math.log10(Math.abs(v)) + 1e-9); }
+  // uPlot's tick steps are 1, 2, 2.5 or 5 × 10^e; the labels of one axis share one format, with the
+  // decimals that write each multiple of the step exactly (a near-constant curve gets long labels,
+  // never equal ones); plain decimals unless the axis's largest value is under 1e-4 or at least 1e6
+  function halfStep(incr) { return Math.abs(incr / Math.pow(10, exp10(incr)) - 2.5) < 1e-6 ? 1 : 0; }
+  function tickLabels(splits, incr) {
+    var big = 0;
+    splits.forEach(function (v) { if (v !== null) big = Math.max(big, Math.abs(v)); });
+    var d = Math.max(0, halfStep(incr) - exp10(incr));
+    var plain = big === 0 || (big >= 1e-4 && big < 1e6 && d <= 12);
+    var digits = big === 0 ? 0 : Math.min(14, Math.max(0, exp10(big) - exp10(incr) + halfStep(incr)));
+    return splits.map(function (v) {
+      if (v === null || v === undefined) return "";
+      if (Math.abs(v) < incr * 1e-6) return "0";
+      return plain ? v.toFixed(d) : v.toExponential(digits);
+    });
+  }
+  function valueLabel(v) {  // a hovered value: eight significant digits
+    if (v === null || v === undefined) return "–";
+    var a = Math.abs(v);
+    if (a !== 0 && (a < 1e-4 || a >= 1e8)) return v.toExponential(7).replace(/\.?0+e/, "e");
+    return String(Number(v.toPrecision(8)));
+  }
+  // the y axis is as wide as its longest tick label (uPlot's default is a fixed 50 px, which cuts long labels)
+  function axisSize(u, values, axisIdx, cycleNum) {
+    var axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;  // uPlot asks again until the size settles; stop it here
+    measure.font = AXIS_FONT;
+    var w = 0;
+    (values || []).forEach(function (s) { w = Math.max(w, measure.measureText(String(s)).width); });
+    return Math.ceil(w + axis.ticks.size + axis.gap + 4);
+  }
+  function clampedRange(lo, hi) {  // an automatic range kept inside [lo, hi]
+    return function (u, min, max) {
+      if (min === null || max === null || !isFinite(min) || !isFinite(max)) return [lo, hi];
+      var r = uPlot.rangeNum(min, max, 0.1, true), a = Math.max(lo, r[0]), b = Math.min(hi, r[1]);
+      if (b - a < 1e-9) { a = Math.max(lo, a - 0.05); b = Math.min(hi, b + 0.05); }
+      return [a, b];
+    };
+  }
+
+  // the series of one chart: each run's line; for a key that several runs share (unless mode is
+  // "none"), also the band (min–max, or mean ± std) and the mean line
+  function chartSeries(c, mode) {
+    var multi = DATA.runs.length > 1, groups = {}, keys = [];
+    if (mode !== "none") c.groups.forEach(function (g) { groups[g.key] = g; });
+    c.lines.forEach(function (l) { if (keys.indexOf(l.key) < 0) keys.push(l.key); });
+    var out = {series: [{label: "iteration", value: function (u, v) { return v === null || v === undefined ? "–" : String(v); }}],
+               data: [c.x], bands: [], meta: [{role: "x"}]};
+    function add(opts, y, meta) {
+      opts.spanGaps = true;
+      if (!opts.value) opts.value = function (u, v) { return valueLabel(v); };
+      out.series.push(opts); out.data.push(y); out.meta.push(meta);
+      return out.series.length - 1;
     }
-    g.appendChild(svg("line", {"class": "axis", x1: L, x2: L, y1: T, y2: H - B}));
-    g.appendChild(svg("line", {"class": "axis", x1: L, x2: W - R, y1: H - B, y2: H - B}));
-    [x0, Math.round((x0 + x1) / 2), x1].filter(function (v, j, a) { return a.indexOf(v) === j; }).forEach(function (xv) {
-      var t = svg("text", {x: px(xv), y: H - B + 14, "text-anchor": "middle"}); t.textContent = fmt(xv); g.appendChild(t);
+    c.lines.forEach(function (l, k) {
+      var g = groups[l.key], run = Math.max(0, DATA.runs.map(function (r) { return r.name; }).indexOf(l.run));
+      var color = PALETTE[(mode === "none" ? k : keys.indexOf(l.key)) % PALETTE.length];
+      var opts = {label: (multi ? l.run + ": " : "") + l.key, stroke: g ? rgba(color, 0.4) : color, width: g ? 1 : 1.8,
+                  dash: DASHES[run % DASHES.length]};
+      if (g) opts.points = {show: false};  // the runs behind a band: thin, no dots
+      add(opts, l.y, {role: "run", key: l.key, run: l.run});
     });
-    var xl = svg("text", {x: W - R, y: H - 2, "text-anchor": "end"}); xl.textContent = "iteration"; g.appendChild(xl);
-    var legend = el("div");
-    panel.series.forEach(function (s, k) {
-      var color = PALETTE[k % PALETTE.length];
-      var d = s.points.map(function (p, j) { return (j ? "L" : "M") + px(p[0]).toFixed(1) + " " + py(p[1]).toFixed(1); }).join(" ");
-      var label = (DATA.runs.length > 1 ? s.run + ": " : "") + s.key;
-      var path = svg("path", {"class": "line", d: d, stroke: color, "data-key": s.key, "data-run": s.run,
-        "data-points": s.points.length});
-      if (DATA.runs.length > 1 && DATA.runs[0].name !== s.run) path.setAttribute("stroke-dasharray", "5 3");
-      g.appendChild(path);
-      if (s.points.length <= 60) s.points.forEach(function (p) {
-        var c = svg("circle", {cx: px(p[0]), cy: py(p[1]), r: 2.4, fill: color});
-        var tt = svg("title"); tt.textContent = label + " @" + p[0] + " = " + fmt(p[1]); c.appendChild(tt);
-        g.appendChild(c);
-      });
-      var key = el("span", {"class": "key"});
-      key.appendChild(el("span", {"class": "swatch", style: "background:" + color}));
-      key.appendChild(document.createTextNode(label));
-      legend.appendChild(key);
+    keys.forEach(function (key, k) {
+      var g = groups[key];
+      if (!g) return;
+      var color = PALETTE[k % PALETTE.length], n = g.runs.length, std = mode === "std";
+      var lo = std ? g.mean.map(function (m, i) { return g.std[i] === null ? null : m - g.std[i]; }) : g.min;
+      var hi = std ? g.mean.map(function (m, i) { return g.std[i] === null ? null : m + g.std[i]; }) : g.max;
+      var edge = {stroke: rgba(color, 0.35), width: 1, points: {show: false}};
+      var hiIdx = add(Object.assign({label: key + ": " + (std ? "mean + std" : "max") + " of " + n + " runs"}, edge), hi,
+                      {role: std ? "mean+std" : "max", key: key});
+      var loIdx = add(Object.assign({label: key + ": " + (std ? "mean − std" : "min") + " of " + n + " runs"}, edge), lo,
+                      {role: std ? "mean-std" : "min", key: key});
+      out.bands.push({series: [hiIdx, loIdx], fill: rgba(color, 0.15)});
+      add({label: key + ": mean of " + n + " runs", stroke: color, width: 2.2, value: function (u, v, si, i) {
+        return valueLabel(v) + (i !== null && i !== undefined && g.n[i] !== null && g.n[i] < n ? " (" + g.n[i] + " of " + n + " runs)" : "");
+      }}, g.mean, {role: "mean", key: key});
     });
-    box.appendChild(g);
-    box.appendChild(legend);
+    return out;
+  }
+
+  function drawChart(c, mode) {
+    var box = el("div", {"class": "chart", "data-title": c.title});
+    box.appendChild(el("h3", {}, c.title));
+    var s = chartSeries(c, mode), yr = c.y_range;
+    var y = {};
+    if (yr) y.range = yr.fixed ? function () { return [yr.min, yr.max]; } : clampedRange(yr.min, yr.max);
+    var plot = new uPlot({
+      width: 380, height: 230,
+      scales: {x: {time: false}, y: y},
+      axes: [
+        {label: "iteration", labelSize: 14, labelGap: 0, labelFont: AXIS_FONT, font: AXIS_FONT, size: 26, incrs: WHOLE_INCRS, space: 45,
+         values: function (u, splits) { return splits.map(function (v) { return v === null ? "" : String(v); }); },
+         grid: {stroke: "#eef", width: 1}, ticks: {stroke: "#ccd", width: 1}},
+        {font: AXIS_FONT, size: axisSize, space: 28, grid: {stroke: "#eef", width: 1}, ticks: {stroke: "#ccd", width: 1},
+         values: function (u, splits, axisIdx, space, incr) { return tickLabels(splits, incr); }},
+      ],
+      series: s.series, bands: s.bands,
+      cursor: {drag: {x: true, y: false}, focus: {prox: 16}},
+      focus: {alpha: 0.4},
+    }, s.data, box);
+    window.serlCharts.push({title: c.title, plot: plot, meta: s.meta});
     return box;
   }
   var charts = document.getElementById("charts");
-  if (!DATA.panels.length) charts.appendChild(el("p", {"class": "muted"}, "No metrics recorded yet (metrics.jsonl is empty or missing)."));
-  DATA.panels.forEach(function (p) { charts.appendChild(drawChart(p)); });
+  var controls = document.getElementById("chart-controls");
+  function drawCharts(mode) {
+    window.serlCharts.forEach(function (c) { c.plot.destroy(); });
+    window.serlCharts = [];
+    charts.textContent = "";
+    if (!DATA.panels.length) charts.appendChild(el("p", {"class": "muted"}, "No metrics recorded yet (metrics.jsonl is empty or missing)."));
+    DATA.panels.forEach(function (p) { charts.appendChild(drawChart(p, mode)); });
+  }
+  if (DATA.panels.some(function (p) { return p.groups.length; })) {
+    var wrap = el("label", {}, "runs that share a metric: ");
+    var spreadSel = el("select", {id: "spread"});
+    Object.keys(SPREADS).forEach(function (k) { spreadSel.appendChild(el("option", {value: k}, SPREADS[k])); });
+    spreadSel.value = DATA.spread;
+    spreadSel.addEventListener("change", function () { drawCharts(spreadSel.value); });
+    wrap.appendChild(spreadSel);
+    controls.appendChild(wrap);
+  }
+  if (DATA.panels.length) controls.appendChild(el("span", {"class": "muted"},
+    "hover: values in the legend · drag: zoom into iterations · double-click: zoom out · click a legend entry: hide / show it"));
+  drawCharts(DATA.spread);
 
   // ------------------------------------------------------------------ evaluations
   var evDiv = document.getElementById("eval-tables");
