@@ -565,3 +565,32 @@ def test_report_never_imports_the_trainer():
     for m in graph.find_descendants("serl.report"):
         bad = {x for x in graph.find_modules_directly_imported_by(m) if x.startswith("serl.train")}
         assert not bad, (m, bad)
+
+
+def test_math_trajectory_in_chromium_shades_tool_outputs(tiny_model_dir, tmp_path, chromium):
+    """A math run's page: the tool call's output reads as such and is marked as not trained."""
+    from serl.configure import load_config
+    from serl.train.trainer import Trainer
+    from test_tool_loop import ScriptedMathEngine, call
+
+    cfg = load_config("cpu_math", [f"model.path={tiny_model_dir}", "model.dtype=float32", "model.train_dtype=float32",
+                                   "data.train_batch_size=1", "env.rollout.n=2", "env.num_workers=1",
+                                   "rollout.rollout_filter_ratio=1.0", "trainer.total_training_steps=1",
+                                   "trainer.progress=false", "trainer.logger=[jsonl]", "trainer.save_freq=0",
+                                   f"trainer.output_dir={tmp_path}", "trainer.run_name=math",
+                                   "data.max_response_length=128"])
+    tr = Trainer(cfg)
+    tr.engine = ScriptedMathEngine(tr.tokenizer, [call("print(6 * 7)"), "\\boxed{42}"])
+    try:
+        tr.train()
+    finally:
+        tr.close()
+    page = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "math"), "--out", str(page)]) == 0
+    r = _chromium(chromium, "--dump-dom", page.as_uri())
+    assert r.returncode == 0, r.stderr[-2000:]
+    shaded = re.findall(r'<span class="tok ins" title="inserted by the rollout \(tool output\): not trained">(.*?)</span>',
+                        r.stdout, re.S)
+    assert any("&lt;tool_response&gt;\n42\n&lt;/tool_response&gt;" in t for t in shaded)
+    assert not any("boxed" in t for t in shaded)  # the model's own turns are not shaded
+    assert "tool outputs shaded, not trained" in r.stdout

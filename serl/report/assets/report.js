@@ -211,10 +211,17 @@
     var pre = el("pre", {"class": "reply"});
     var text = s.response || "";
     if (!s.tokens) { pre.textContent = text; return pre; }
-    var w = s.serl && s.serl.weights, gap = s.serl && s.serl.lp_gap, plain = "";
+    var w = s.serl && s.serl.weights, gap = s.serl && s.serl.lp_gap, plain = "", ins = "";
     function flush() { if (plain) { pre.appendChild(document.createTextNode(plain)); plain = ""; } }
+    // tokens the rollout inserted (a math row's tool outputs and chat glue: loss mask 0) are
+    // shaded as one run each, so a tool call's output reads as such and is seen not to train
+    function flushIns() {
+      if (ins) { pre.appendChild(el("span", {"class": "tok ins", "title": "inserted by the rollout (tool output): not trained"}, ins)); ins = ""; }
+    }
     s.tokens.forEach(function (sp, i) {
       var piece = text.slice(sp[0], sp[1]);
+      if (s.loss_mask && s.loss_mask[i] === 0) { flush(); ins += piece; return; }
+      flushIns();
       var act = s.action_mask && s.action_mask[i];
       if (!act) { plain += piece; return; }
       flush();
@@ -228,6 +235,7 @@
       }
       pre.appendChild(span);
     });
+    flushIns();
     plain += text.slice(s.tokens.length ? s.tokens[s.tokens.length - 1][1] : 0);
     flush();
     return pre;
@@ -246,7 +254,8 @@
     d.appendChild(head);
     d.appendChild(el("div", {"class": "lbl"}, "observation"));
     d.appendChild(el("pre", {"class": "obs"}, s.observation));
-    d.appendChild(el("div", {"class": "lbl"}, "reply (action tokens underlined" + (s.serl && s.serl.weights ? ", coloured by W" : "") + ")"));
+    d.appendChild(el("div", {"class": "lbl"}, "reply (action tokens underlined" + (s.serl && s.serl.weights ? ", coloured by W" : "") +
+                              (s.loss_mask ? "; tool outputs shaded, not trained" : "") + ")"));
     d.appendChild(replyNode(s));
     if (s.serl && s.serl.context) {
       var c = el("details", {"class": "ctx"});
