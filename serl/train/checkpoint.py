@@ -12,7 +12,9 @@ the bytes it writes; a full disk is reported in words (:class:`CheckpointError`)
 
 Loading: every failure to read a file of a checkpoint is a :class:`CheckpointError` naming the
 file; :func:`load_newest_intact` falls back from a damaged checkpoint to the next older one and
-says so. Old checkpoints are pruned by iteration number.
+says so. Old checkpoints are pruned by iteration number. :func:`check_resumable` looks at the
+files of a run's checkpoints before any model loads (no tensor is read), so a resume with no
+checkpoint, or only truncated ones, stops in one line naming the file and the fix.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ import logging
 import os
 import random
 import re
+import shlex
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import numpy as np
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from serl.models.loading import check_state_dict_keys as _check_keys
@@ -387,3 +392,73 @@ def load_newest_intact(run_dir: Path, load: Callable[[Path], T]) -> tuple[Path, 
             log.warning("using %s, the newest intact checkpoint of %s", folder, run_dir)
         return folder, out
     raise CheckpointError(f"no intact checkpoint in {run_dir}: " + "; ".join(errors))
+
+
+# ---------------------------------------------------------------------- before a resume loads anything
+
+#: the files every ``serl train`` checkpoint has (``teacher.safetensors`` only with SERL on)
+CHECKPOINT_FILES = ("state.pt", "policy.safetensors", "optimizer.pt")
+
+
+def check_file_complete(path: Path) -> None:
+    """Raise :class:`CheckpointError` naming ``path`` when a checkpoint file is missing or visibly
+    cut short, without reading its tensors: a ``.safetensors`` file whose header does not cover
+    the file exactly, or a torch ``.pt`` zip archive without its central directory (written last,
+    so a truncated file lacks it). Damage inside a complete-looking file is found when it loads."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path} is missing")
+    try:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt"):
+                pass
+        else:
+            with zipfile.ZipFile(path):
+                pass
+    except (SafetensorError, zipfile.BadZipFile, OSError, ValueError) as e:
+        text = str(e).splitlines()[0] if str(e) else ""
+        raise CheckpointError(f"checkpoint file {path} is truncated or damaged ({type(e).__name__}: {text})") from e
+
+
+def restart_command(run_dir: Path) -> str:
+    """The command that starts the run of ``run_dir`` again from iteration 0 with its saved
+    config (the old folder is moved aside, not deleted: ``trainer.overwrite``)."""
+    run_dir = Path(run_dir)
+    return (f"serl train recipe={shlex.quote(str(run_dir / 'config.yaml'))} "
+            f"trainer.output_dir={shlex.quote(str(run_dir.parent))} trainer.run_name={shlex.quote(run_dir.name)} "
+            "trainer.overwrite=true")
+
+
+def check_resumable(run_dir: Path) -> Path:
+    """The start-up check of ``serl train --resume``, before any model loads: some checkpoint of
+    ``run_dir`` has all its files, complete (:func:`check_file_complete`). A damaged newer one
+    behind an intact older one is not an error here (:func:`load_newest_intact` falls back and
+    says so).
+
+    Returns:
+        The newest checkpoint folder (of :func:`resume_candidates`) whose files look complete.
+
+    Raises:
+        CheckpointError: no checkpoint at all (the run stopped before its first save), or none
+            whose files are complete; the message names each damaged file and the command that
+            starts the run again (:func:`restart_command`).
+    """
+    run_dir = Path(run_dir)
+    cands = resume_candidates(run_dir)
+    again = restart_command(run_dir)
+    if not cands:
+        raise CheckpointError(f"no checkpoint in {run_dir} yet (the run stopped before its first save; "
+                              f"trainer.save_freq sets how often it saves), so nothing to resume: start it again "
+                              f"with `{again}`")
+    errors = []
+    for folder in cands:
+        names = CHECKPOINT_FILES + (("teacher.safetensors",) if (folder / "teacher.safetensors").exists() else ())
+        try:
+            for name in names:
+                check_file_complete(folder / name)
+        except CheckpointError as e:
+            errors.append(str(e))
+            continue
+        return folder
+    raise CheckpointError(f"no intact checkpoint in {run_dir}: {'; '.join(errors)}. Put back a copy of the "
+                          f"file, or start the run again with `{again}`")

@@ -4,6 +4,7 @@ rollout metrics (episode success, length and reward statistics of an iteration).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -15,6 +16,8 @@ import torch
 
 from serl.errors import ConfigError
 from serl.trajectory import Group
+
+log = logging.getLogger(__name__)
 
 
 class MetricMeans:
@@ -78,21 +81,39 @@ class MetricsLogger:
             if "wandb" in self.sinks else None
 
     def truncate_after(self, iteration: int) -> None:
-        """On resume: drop lines of iterations after the checkpoint (they will be redone)."""
+        """On resume, repair ``metrics.jsonl`` before the first new line: drop the lines of
+        iterations after the checkpoint's ``iteration`` (they are trained again, so each would
+        otherwise appear twice) and any line that is not a complete JSON record (a crash cut it
+        while it was written). Each kind of dropped line is named in one warning (file and line
+        numbers); the file is rewritten atomically, and only if a line was dropped."""
         if not self.path.exists():
             return
-        keep = []
-        with open(self.path) as f:
-            for line in f:
+        keep, torn, redone = [], [], []
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
-                    continue  # a line cut by a crash
-                if rec.get("iteration", 0) <= iteration:
+                    rec = None
+                if not isinstance(rec, dict):
+                    torn.append(n)
+                elif rec.get("iteration", 0) > iteration:
+                    redone.append(rec.get("iteration"))
+                else:
                     keep.append(line if line.endswith("\n") else line + "\n")
-        from serl.utils import atomic_write_text
+        if torn:
+            log.warning("%s: dropped line%s %s, not a complete JSON record (cut by a crash while it was written)",
+                        self.path, "s" if len(torn) > 1 else "", ", ".join(map(str, torn)))
+        if redone:
+            log.warning("%s: dropped %d line(s) of iteration(s) %s, after the checkpoint's iteration %d "
+                        "(they are trained again)", self.path, len(redone),
+                        ", ".join(map(str, sorted(set(redone)))), iteration)
+        if torn or redone:
+            from serl.utils import atomic_write_text
 
-        atomic_write_text(self.path, "".join(keep))
+            atomic_write_text(self.path, "".join(keep))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         rec = {"iteration": iteration, **{k: float(v) for k, v in metrics.items()}}

@@ -56,7 +56,10 @@ def check_output_dir(output_dir: Path, key: str = "trainer.output_dir") -> None:
 
 
 def _is_nonempty_dir(p: Path) -> bool:
-    return p.is_dir() and any(p.iterdir())
+    """True if ``p`` is a folder holding anything but a lock file: a folder that a run killed
+    right after creating it left with only its ``.lock`` counts as empty (a live holder of that
+    lock is still found when the new run takes it)."""
+    return p.is_dir() and any(c.name != LOCK_NAME for c in p.iterdir())
 
 
 def check_new_run_dir(run_dir: Path, overwrite: bool) -> None:
