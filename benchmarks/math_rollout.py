@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 
 import torch
@@ -94,10 +95,16 @@ def main() -> None:
     # the loop generates turn k of every active episode in one engine call: a "round"
     model_s_per_round = real["wall_s"] / real["rounds"]
     share = heavy["wall_s"] / (heavy["wall_s"] + model_s_per_round * heavy["rounds"])
-    print(json.dumps({"model": real, "tool_heavy": heavy}, indent=1))
+    real["sampled_tokens_per_s"] = real["sampled_tokens"] / real["wall_s"]
+    # ru_maxrss is KiB on Linux: this process (model, engine, loop); the env workers are children
+    rss = {"peak_rss_mib_main": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "peak_rss_mib_largest_worker": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    print(json.dumps({"model": real, "tool_heavy": heavy, **rss}, indent=1))
     print(f"model rollout: {real['trajectories_per_min']:.1f} trajectories/min "
           f"({real['trajectories']} in {real['wall_s']:.1f} s, {real['response_tokens_mean']:.0f} response tokens each, "
-          f"{real['sandbox_calls']:.0f} sandbox calls taking {real['sandbox_s']:.2f} s)")
+          f"{real['sandbox_calls']:.0f} sandbox calls taking {real['sandbox_s']:.2f} s); "
+          f"{real['sampled_tokens_per_s']:.1f} sampled tokens/s; peak RSS {rss['peak_rss_mib_main']:.0f} MiB "
+          f"(largest env worker {rss['peak_rss_mib_largest_worker']:.0f} MiB)")
     print(f"tool-heavy: {heavy['sandbox_calls']:.0f} sandbox calls ({heavy['sandbox_s']:.2f} s summed over calls), "
           f"{heavy['wall_s']:.2f} s wall for the loop without a model; with the model's {model_s_per_round:.1f} s per "
           f"round of {heavy['rounds']} rounds, the sandbox and env workers would be {100 * share:.1f}% of the rollout")
