@@ -161,13 +161,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     m = res["metrics"]
     mode = "greedy" if args.greedy else f"sampled T={cfg.rollout.val_temperature}, seed={args.seed}"
     print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks, {mode}, model {source}")
-    print(f"  success rate: {m['success_rate']:.3f}   valid-action ratio: {m['valid_action_ratio']:.3f}   "
-          f"admissible-action ratio: {m['admissible_action_ratio']:.3f}")
+    from serl.envs.base import row_layout
+
+    step_rows = row_layout(cfg.env.name) == "step"  # one action per step: the action ratios mean something
+    print(f"  success rate: {m['success_rate']:.3f}" + (
+        f"   valid-action ratio: {m['valid_action_ratio']:.3f}   admissible-action ratio: "
+        f"{m['admissible_action_ratio']:.3f}" if step_rows else ""))
+    shown = {"success_rate", "num_tasks", "valid_action_ratio", "admissible_action_ratio"}
     for k, v in m.items():
         if k.endswith("_success_rate") and k != "success_rate":
             print(f"  {k[: -len('_success_rate')]:<36} {v:.3f}")
+            shown.add(k)
     if "webshop_task_score" in m:
         print(f"  webshop task score: {m['webshop_task_score']:.3f}")
+        shown.add("webshop_task_score")
+    for k, v in m.items():  # the env's own episode metrics and the sample metrics (acc/mean@n, pass@k ...)
+        if k not in shown and isinstance(v, (int, float)):
+            print(f"  {k:<36} {v:.3f}")
     tasks_file = Path(args.out) if args.out and args.out.endswith(".jsonl") else None
     out = Path(args.out) if args.out and tasks_file is None else \
         (Path(args.run) if args.run else Path(cfg.trainer.output_dir)) / f"eval_{split}"

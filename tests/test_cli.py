@@ -21,7 +21,7 @@ def test_train_rejects_bad_value(capsys):
 def test_train_rejects_unknown_env_listing_the_valid_names(capsys):
     assert main(["train", "env.name=nope"]) == 2
     err = capsys.readouterr().err
-    assert "env.name" in err and "'alfworld', 'webshop'" in err and "Traceback" not in err
+    assert "env.name" in err and "'alfworld', 'math', 'webshop'" in err and "Traceback" not in err
 
 
 def test_train_rejects_a_run_name_leaving_the_output_dir(capsys, tmp_path):
@@ -62,3 +62,14 @@ def test_eval_subset_round_robin_over_task_types():
     sub = eval_subset(tasks, 4)
     assert [t.task_id for t in sub] == ["a/0", "b/0", "c/0", "a/1"]
     assert eval_subset(tasks, -1) == tasks and eval_subset(tasks, 100) == tasks
+
+
+def test_eval_on_a_math_split_prints_the_math_metrics(tiny_model_dir, tmp_path, capsys):
+    assert main(["eval", "recipe=cpu_math", f"model.path={tiny_model_dir}", "env.num_workers=1",
+                 "data.max_response_length=16", "env.math.max_turn_tokens=8", "--split", "gsm8k:test",
+                 "--num-tasks", "2", "--greedy", "--out", str(tmp_path / "ev")]) == 0
+    out = capsys.readouterr().out
+    assert "serl eval: math gsm8k:test, 2 tasks, greedy" in out
+    assert "tool_call_rate" in out and "stop/" in out and "admissible-action ratio" not in out
+    saved = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert saved["num_tasks"] == 2 and saved["tool_call_rate"] == 0.0

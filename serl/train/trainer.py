@@ -52,7 +52,7 @@ from serl.models.loading import pick_device
 from serl.models.teacher import Teacher
 from serl.rollout.engine import default_memory_share, logprob_gap_metrics, make_engine
 from serl.train.batch import UpdateBatch
-from serl.train.checkpoint import load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state, save_checkpoint, set_rng_state
+from serl.train.checkpoint import check_resumable, load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state, save_checkpoint, set_rng_state
 from serl.train.collect import TrainRollout
 from serl.train.distributed import WORLD_SIZE_KEY, Distributed, check_checkpoint_world_size
 from serl.train import env_pool
@@ -269,6 +269,8 @@ class Trainer:
             lock = check_run_dir(self.run_dir, resume, self.cfg.trainer.overwrite)
         if lock is not None:
             remove_stale_tmp_dirs(self.run_dir)
+            if resume:  # some checkpoint has all its files, complete: before any model loads
+                check_resumable(self.run_dir)
         self.dist.barrier()  # no rank reads a checkpoint while rank 0 cleans up / creates the folder
         return lock
 
@@ -287,6 +289,7 @@ class Trainer:
         env_notes = env_pool.preflight(cfg)  # e.g. the math env's sandbox: fails before any model loads
         for k, v in env_notes.items():
             print(f"serl: {k}: {v.splitlines()[0]}", file=sys.stderr)
+        train_tasks = list_tasks(cfg, cfg.env.train_split)  # a missing data folder fails before the model loads
         self.models = m = load_models(cfg, self.device)
         sharing = self.dist.world_size if self.device == "cpu" else 1  # ranks sharing the RAM, or one GPU each
         self.grad_ckpt = GradCheckpointing(m.policy, cfg.model.gradient_checkpointing, cfg.trainer.activation_memory_gb,
@@ -310,7 +313,7 @@ class Trainer:
             if m.teacher else None
         self.adv_fn = get_advantage_fn(cfg.algorithm.adv_estimator)
         self.state = TrainState(
-            sampler=TaskSampler(list_tasks(cfg, cfg.env.train_split), cfg.seed),
+            sampler=TaskSampler(train_tasks, cfg.seed),
             generator=torch.Generator().manual_seed(cfg.seed),  # std filter trim and replay draws
             replay_buffer=ReplayBuffer.from_config(cfg) if cfg.algorithm.spear.enable_trajectory_replay else None,
             context_builder=context_builder)
