@@ -13,10 +13,13 @@ from serl.models.loading import load_causal_lm, resolve_adapter_path
 def adapter_dir(tiny_model_dir, tmp_path_factory):
     from peft import LoraConfig, get_peft_model
 
+    from serl.models.lora import peft_wrapping
+
     base = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
     torch.manual_seed(0)
-    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                 init_lora_weights=False))
+    with peft_wrapping():  # PEFT's own deprecated read (serl.models.lora.peft_wrapping)
+        peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                     init_lora_weights=False))
     out = tmp_path_factory.mktemp("adapter") / "a"
     peft_model.save_pretrained(out)
     merged = peft_model.merge_and_unload()

@@ -243,7 +243,10 @@ def test_vllm_lora_weights_are_merged_out_of_place(tiny_model_dir):
 
     base = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
     ref = {k: v.clone() for k, v in base.named_parameters()}
-    peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    from serl.models.lora import peft_wrapping
+
+    with peft_wrapping():  # PEFT's own deprecated read (serl.models.lora.peft_wrapping)
+        peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
     for n, p in peft.named_parameters():
         if "lora_B" in n:
             torch.nn.init.normal_(p, std=0.1)
