@@ -392,3 +392,20 @@ def test_trace_row_of_a_math_row_marks_the_inserted_tokens(pool, tokenizer):
     assert row["loss_mask"] == s.loss_mask and 0 in row["loss_mask"]
     inserted = "".join(row["response"][a:b] for (a, b), m in zip(row["tokens"], row["loss_mask"]) if m == 0)
     assert "<tool_response>\n72\n</tool_response>" in inserted and "boxed" not in inserted
+
+
+def test_math_std_filter_keeps_every_row_of_the_kept_groups(tiny_model_dir, tmp_path):
+    from serl.train.trainer import Trainer
+
+    # cpu_math: ratio 0.75 of 4 groups keeps 3, and (SPEAR's math tree) no power-of-two trim: 6 rows, not 4
+    cfg = load_config("cpu_math", [f"model.path={tiny_model_dir}", "model.dtype=float32", "model.train_dtype=float32",
+                                   "data.train_batch_size=4", "env.rollout.n=2", "env.num_workers=1",
+                                   "data.max_response_length=64", "trainer.progress=false", "trainer.logger=[jsonl]",
+                                   "trainer.save_freq=0", f"trainer.output_dir={tmp_path}", "trainer.total_training_steps=1"])
+    tr = Trainer(cfg)
+    tr.engine = ScriptedMathEngine(tr.tokenizer, ["\\boxed{1}"])
+    try:
+        m = tr.train_iteration()
+    finally:
+        tr.close()
+    assert m["rollout/kept_groups"] == 3.0 and m["rollout/kept_rows"] == 6.0

@@ -274,6 +274,9 @@ class RolloutConfig:
     rollout_filter_ratio: float = 1.0
     #: ... with the largest (std) or smallest (std_rev) reward std
     rollout_filter_type: str = "std"
+    #: ... then keep a random power-of-two subset of the kept rows (SPEAR's verl-agent tree, for GPU
+    #: divisibility); false = keep them all (SPEAR's math tree has no such trim)
+    rollout_filter_trim_pow2: bool = True
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``rollout.<key>``. ``rollout.engine`` is checked by

@@ -78,8 +78,8 @@ def filter_rows(table: StepTable, cfg: Config, generator: torch.Generator, metri
     1. Dr.BoT response filters (``algorithm.filter_*_responses``, as SPEAR): a flagged row's
        ``row_mask`` becomes 0 — it stays in the batch and in the group statistics;
     2. group std filter (``rollout.rollout_filter_ratio`` / ``_type``, as SPEAR) on the score
-       before the invalid-action penalty; 1.0 keeps every row. Its power-of-two trim draws from
-       ``generator``.
+       before the invalid-action penalty; 1.0 keeps every row. Its power-of-two trim
+       (``rollout.rollout_filter_trim_pow2``) draws from ``generator``.
 
     Adds the ``filter/*`` and std-filter metrics to ``metrics``; returns ``table`` or its subset.
     """
@@ -92,7 +92,8 @@ def filter_rows(table: StepTable, cfg: Config, generator: torch.Generator, metri
         metrics.update(filter_metrics)
     keep, std_metrics = group_std_filter(table.score_raw.tolist(), table.group_index.tolist(),
                                          table.traj_index.tolist(), cfg.rollout.rollout_filter_ratio,
-                                         cfg.rollout.rollout_filter_type, generator=generator)
+                                         cfg.rollout.rollout_filter_type, generator=generator,
+                                         trim_to_power_of_two=cfg.rollout.rollout_filter_trim_pow2)
     metrics.update(std_metrics)
     if len(keep) == len(table):
         return table

@@ -213,7 +213,7 @@ class Trainer:
         # ---- 6. update: on-policy mini-batches, then replay mini-batches
         t2 = time.time()
         if pbar is not None:
-            pbar.set_postfix_str(f"update on {len(batch)} step rows" + (f" + {len(replay)} replay rows" if replay else ""))
+            pbar.set_postfix_str(f"update on {len(batch)} rows" + (f" + {len(replay)} replay rows" if replay else ""))
         metrics.update(self.update.run(batch, replay, step))
         timing["timing/update_s"] = time.time() - t2
         metrics.update(logprob_gap_metrics(*sampled_token_log_probs(table.rows, batch.old_log_probs)))
