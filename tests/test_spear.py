@@ -214,6 +214,16 @@ def test_consume_keeps_zero_recalibrated_advantage():
     assert sorted(r.advantages[0].item() for r in out) == [0.0, 1.25, 2.25, 3.25]
 
 
+def test_consume_keep_strictly_positive_drops_zero_recalibrated_advantage():
+    # the same rows as above; SPEAR's math tree keeps only Ã > 0, so the 6.75 row goes too
+    buf = ReplayBuffer(weight_decay=-1, keep_strictly_positive=True)
+    buf.add_step([row(10, 1.0, "u1", "a"), row(0, -1.0, "u1", "b"), row(8, 1.0, "u2", "c"), row(9, 1.0, "u2", "d")], 1)
+    buf.entries[0][1].append(row(6.75, 1.0, "u3", "e"))
+    out, met = buf.consume(torch.Generator().manual_seed(0))
+    assert met["replay/kept"] == 3.0  # a = 0 dropped; then 2 (a power of two) of the 3 are drawn
+    assert len(out) == 2 and {r.advantages[0].item() for r in out} <= {1.25, 2.25, 3.25}
+
+
 def test_consume_cap_decay_mode_and_empty():
     buf = ReplayBuffer(buffer_size=2, weight_decay=0.5)
     buf.add_step([row(1, 2.0, traj=f"t{i}") for i in range(7)], 1)

@@ -302,7 +302,9 @@ class ReplayBuffer:
         norm_adv_by_std: bool = False,
         score_threshold: float = 0.0,
         staleness_reference: str = "newest_entry",
+        keep_strictly_positive: bool = False,
     ) -> None:
+        self.keep_strictly_positive = bool(keep_strictly_positive)
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
         if baseline_buffer_size < 1:
@@ -337,6 +339,7 @@ class ReplayBuffer:
             norm_adv_by_std=cfg.algorithm.norm_adv_by_std_in_grpo,
             score_threshold=s.trajectory_score_threshold,
             staleness_reference=s.trajectory_staleness_reference,
+            keep_strictly_positive=s.replay_keep_strictly_positive,
         )
 
     # ---- queries ------------------------------------------------------------------------
@@ -465,7 +468,8 @@ class ReplayBuffer:
 
         1. All stored rows, oldest entry first.
         2. P50 mode: ``Ã`` = :func:`recalibrate_advantages` of the stored rewards against
-           :meth:`baseline`; rows with ``Ã < 0`` are dropped (``>= 0`` kept); each kept row's
+           :meth:`baseline`; rows with ``Ã < 0`` are dropped (``>= 0`` kept; ``> 0`` with
+           ``keep_strictly_positive``, SPEAR's math tree); each kept row's
            ``advantages`` become ``Ã · response_mask``. Decay mode: ``advantages · w``, all kept.
            (Under GiGPO too the replay advantage is this scalar; no step term is recomputed.)
         3. ``min(largest power of two <= n, buffer_size)`` rows are drawn uniformly without
@@ -494,7 +498,7 @@ class ReplayBuffer:
             kept = [
                 replace(r, advantages=float(a) * r.response_mask.to(torch.float32))
                 for r, a in zip(rows, adv.tolist())
-                if a >= 0
+                if a > 0 or (a == 0 and not self.keep_strictly_positive)
             ]
             means = [v for _, vals in self.reward_mean_history for v in vals]
             stds = [v for _, vals in self.reward_std_history for v in vals]

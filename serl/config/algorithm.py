@@ -307,6 +307,9 @@ class SpearConfig:
     #: admit a sample when its on-policy advantage is > this. Dead in the original (which
     #: admits A > 0 whatever the yaml's 1 says); 0.0 reproduces it
     trajectory_score_threshold: float = 0.0
+    #: P50 replay keeps rows whose recalibrated advantage is >= 0 (SPEAR's verl-agent tree);
+    #: true = > 0 only (SPEAR's math tree, ``ray_trainer_hybrid.py``)
+    replay_keep_strictly_positive: bool = False
     #: c and T of the cosine-warmed replay coefficient γ_t (SPEAR, arXiv 2509.22601)
     replay_loss_coef: float = 0.001
     max_replay_loss_steps: int = 200
