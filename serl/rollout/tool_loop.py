@@ -46,6 +46,7 @@ from serl.agent.tool_calls import CODE_INTERPRETER_SCHEMA, ParseStatus, extract_
 from serl.agent.tool_chat import ConversationIds, observation_ids, parse_turn, start_conversation
 from serl.envs.base import StepResult, Task
 from serl.rollout.engine import RolloutEngine, SamplingParams, sample
+from serl.sandbox import STATUSES
 from serl.trajectory import Group, Step, Trajectory
 
 if TYPE_CHECKING:
@@ -265,7 +266,7 @@ class ToolAgentLoop:
              "tool/malformed_calls": float(sum(e.malformed for e in eps)),
              "tool/executions": float(calls), "tool/sandbox_s": sum(e.sandbox_s for e in eps),
              "rollout/response_tokens_mean": sum(e.response_len for e in eps) / n}
-        for s in ("ok", "error", "timeout", "killed", "api_error"):
+        for s in STATUSES:
             m[f"tool/status_{s}"] = float(sum(st == s for e in eps for st in e.statuses))
         for r in STOP_REASONS:
             m[f"rollout/stop_{r}_fraction"] = sum((e.stop or "answer") == r for e in eps) / n

@@ -100,6 +100,7 @@ class MathEnv(BaseTextEnv):
         opts = dict(sandbox or {"backend": "local"})
         self._sandbox: BaseSandbox = make_sandbox(opts.pop("backend"), **opts)
         self._problems: dict[str, dict[str, MathProblem]] = {}
+        self._unreadable: dict[str, list[str]] = {}
         self.problem: MathProblem | None = None
         self.calls = 0
 
@@ -178,15 +179,19 @@ class MathEnv(BaseTextEnv):
             raise EnvError(f"math task {task.task_id!r}: unknown dataset {dataset!r}")
         if dataset not in self._problems:
             found: dict[str, MathProblem] = {}
+            missing: list[str] = []
             for part in DATASETS[dataset].files:
                 try:
                     found.update({p.uid: p for p in load_problems(dataset, part, self.data_dir)})
-                except EnvError:
-                    continue  # a split whose file is not here (e.g. the full DAPO set)
+                except EnvError as e:  # a split whose file is not here (e.g. the full DAPO set): said below
+                    missing.append(f"{dataset}:{part}: {e}")
             self._problems[dataset] = found
+            self._unreadable[dataset] = missing
         problem = self._problems[dataset].get(task.task_id)
         if problem is None:
-            raise EnvError(f"math task {task.task_id!r}: no such problem in {dataset}")
+            why = "; ".join(self._unreadable.get(dataset, []))
+            raise EnvError(f"math task {task.task_id!r}: no such problem in {dataset}"
+                           + (f" (splits that could not be read: {why})" if why else ""))
         return problem
 
     def reset(self, task: Task) -> StepResult:
