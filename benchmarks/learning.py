@@ -47,6 +47,37 @@ the 8-step limit; a 12-goal panel evaluation ≈ 3 min (up to 6); the SFT on the
 evaluations: ≈ 1 + 31 + 7 × 3.5 + 18 × 7 ≈ 180 min ≈ 3 h (2.5 h if every episode buys early, 4.7 h if
 every episode hits the step limit). The report's signal table gives the measured step rows and
 prompt tokens per iteration, to check this estimate.
+
+**Math** (``--env math``; recipe ``cpu_math``, work folder ``runs/learning_math``, report
+``LEARNING_math.md`` and ``learning_math.png`` in it): GSM8K with a code interpreter (docs/math.md).
+
+1. ``expert`` — ``serl data expert math --split gsm8k:train --num-tasks --expert-tasks --seed
+   --expert-seed`` (default all 7,473 problems, drawn in the seed's order) writes
+   ``expert_pool.jsonl``; ``expert.jsonl`` is its first ``--expert-rows`` rows (default 1,024; about
+   37% of GSM8K's problems give no row: no calculator step, or more than ``env.math.max_turns − 1``);
+2. ``sft`` — full fine-tuning (``--lora-r 0``) with :data:`learning_options.MATH_SFT_DEFAULTS`
+   (1 epoch, lr 5e-5, 8 rows per step, micro-batches of 4; ``--sft-override`` changes any of them);
+   or ``--sft-model DIR`` starts RL from an existing SFT model folder instead (both recorded in
+   ``start.json``, which a resumed run checks);
+3. ``rl`` — ``grpo`` (the recipe without SPEAR's replay and tool bonus), ``spear`` (the recipe as
+   it is) and ``serl`` (``grpo`` + SERL with ``reference_solution`` hindsight), :data:`MATH_ALGOS`,
+   for each seed, ``--iterations`` (40) in chunks of ``--eval-every`` (20);
+4. the panel: the first ``--panel-size`` (128) problems of each ``--splits`` split (``gsm8k:test``),
+   evaluated greedily (``eval/<policy>/it<NNN>_gsm8k-test_greedy``) and with ``--panel-avg-k`` (4)
+   sampled answers per problem at ``rollout.val_temperature`` / ``val_top_p`` with ``--eval-seed``
+   (``..._avg4``: avg@k = ``acc/mean@4``), for the base model (``--base-eval``, default on), the
+   SFT start, and every run at every ``--eval-every`` iterations;
+5. ``report`` — :mod:`learning_math_report` (table, per-step signal, plot, significance tests,
+   example trajectories); ``python benchmarks/learning_report.py --env math --workdir DIR``
+   rewrites it from the files of a partial experiment::
+
+    python benchmarks/learning.py --env math
+
+Its cost on the 2-core machine (docs/math.md, BENCHMARKS.md: ≈ 18.6 SFT-policy trajectories/min
+at rollout) is dominated by the panel: one evaluation point is 128 greedy + 128 × 4 sampled
+trajectories ≈ 640 / 18.6 ≈ 34 min, so the 2 starts + 3 algorithms × 3 seeds × 2 points = 20
+points ≈ 11 h; ``--panel-avg-k 0`` cuts a point to ≈ 7 min. The RL cost is measured per
+iteration in the report's signal table (``timing/iteration_s``).
 """
 
 from __future__ import annotations
@@ -62,7 +93,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_options import ALGOS, parse_args  # noqa: E402  (a sibling script: this folder is on sys.path)
+from learning_options import algos_for, panel_labels, parse_args  # noqa: E402  (a sibling script: this folder is on sys.path)
 
 
 class Experiment:
@@ -105,32 +136,81 @@ class Experiment:
         out = self.w / "expert.jsonl"
         if out.exists():
             return
+        if self.a.env == "math":
+            return self.expert_math(out)
         keep = ["--min-score", str(self.a.expert_min_score)] if self.a.env == "webshop" else []
         self.timed("expert", lambda: self.serl(
             "data", "expert", self.a.env, *self.common(), "--split", "train", "--num-tasks", str(self.a.expert_tasks),
             "--seed", str(self.a.expert_seed), *keep, "--out", str(out)))
+
+    def expert_math(self, out: Path) -> None:
+        """GSM8K train's expert conversations in ``--expert-seed`` order (``expert_pool.jsonl``),
+        then their first ``--expert-rows`` rows as ``expert.jsonl`` (written atomically)."""
+        pool = self.w / "expert_pool.jsonl"
+        if not pool.exists():
+            self.timed("expert", lambda: self.serl(
+                "data", "expert", "math", *self.common(), "--split", "gsm8k:train",
+                "--num-tasks", str(self.a.expert_tasks), "--seed", str(self.a.expert_seed), "--out", str(pool)))
+        rows = [x for x in pool.read_text().splitlines() if x.strip()]
+        keep = rows[: self.a.expert_rows] if self.a.expert_rows else rows
+        if not keep:
+            raise SystemExit(f"learning.py: {pool} holds no expert row; nothing to fine-tune on")
+        if self.a.expert_rows and len(keep) < self.a.expert_rows:
+            print(f"learning.py: only {len(keep)} expert rows in {pool} (--expert-rows {self.a.expert_rows}); "
+                  "using them all", flush=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text("\n".join(keep) + "\n")
+        os.replace(tmp, out)
 
     def sft(self) -> Path:
         model = self.w / "sft" / "model"
         if (model / "config.json").exists():
             return model
         resume = ["--resume", str(self.w / "sft")] if (self.w / "sft" / "checkpoints").exists() else []
-        args = [] if resume else [*self.common(), f"model.lora.r={self.a.lora_r}", *self.a.sft_override,
-                                  f"trainer.output_dir={self.w}", "trainer.run_name=sft",
+        args = [] if resume else [*self.common(), f"model.lora.r={self.a.lora_r}", *self.a.sft_defaults,
+                                  *self.a.sft_override, f"trainer.output_dir={self.w}", "trainer.run_name=sft",
                                   "trainer.overwrite=true"]  # moves aside a folder left by a run killed before its first save
         self.timed("sft", lambda: self.serl("sft", "--data", str(self.w / "expert.jsonl"), *args, *resume))
         return model
 
+    def start_model(self, model: Path, source: str) -> Path:
+        """Record the RL start in ``start.json`` (``{"model", "source"}``; source ``expert+sft`` or
+        ``--sft-model``); raises ``SystemExit`` when the work folder already started from another."""
+        f = self.w / "start.json"
+        rec = {"model": str(model), "source": source}
+        if f.exists():
+            old = json.loads(f.read_text())
+            if old != rec:
+                raise SystemExit(f"learning.py: {self.w} started its RL runs from {old['model']} ({old['source']}), "
+                                 f"not {model} ({source}); use another --workdir")
+            return model
+        f.write_text(json.dumps(rec, indent=2) + "\n")
+        return model
+
+    def panels(self) -> list[tuple[str, str, list[str], list[str]]]:
+        """The panel evaluations of one policy (:func:`learning_options.panel_labels`) as
+        ``(folder label, split, overrides, flags)``: math's greedy one runs ``--greedy``, its avg@k
+        one ``rollout.val_n=k``."""
+        out = []
+        for label, split, mode in panel_labels(self.a):
+            if mode == "greedy":
+                out.append((label, split, [], ["--greedy"]))
+            elif mode.startswith("avg"):
+                out.append((label, split, [f"rollout.val_n={mode[3:]}"], []))
+            else:
+                out.append((label, split, [], []))
+        return out
+
     def evaluate(self, name: str, iteration: int, source: list[str]) -> None:
-        """Panel evaluation of one policy at one iteration, on every split (skipped if done)."""
-        n = self.a.panel_size if self.a.env == "webshop" else self.a.panel_per_type * self.num_types()
-        for split in self.a.splits:
-            out = self.w / "eval" / name / f"it{iteration:03d}_{split}"
+        """Panel evaluation of one policy at one iteration, on every panel (skipped if done)."""
+        n = self.a.panel_per_type * self.num_types() if self.a.env == "alfworld" else self.a.panel_size
+        for label, split, extra, flags in self.panels():
+            out = self.w / "eval" / name / f"it{iteration:03d}_{label}"
             if (out / "metrics.json").exists():
                 continue
             self.timed("eval", lambda: self.serl(
-                "eval", *source, "--split", split, "--num-tasks", str(n), "--seed", str(self.a.eval_seed),
-                "--out", str(out)))
+                "eval", *source, *extra, "--split", split, "--num-tasks", str(n), *flags,
+                "--seed", str(self.a.eval_seed), "--out", str(out)))
 
     def num_types(self) -> int:
         from serl.configure import load_config
@@ -140,7 +220,9 @@ class Experiment:
 
     def rl(self, model: Path) -> None:
         """Seed by seed, chunk by chunk, the algorithms side by side, so that an interrupted
-        experiment has comparable GRPO and SERL points for every finished (seed, chunk)."""
+        experiment has comparable points of every algorithm for every finished (seed, chunk)."""
+        if self.a.base_eval:
+            self.evaluate("base", 0, self.common())
         self.evaluate("sft", 0, [*self.common(), f"model.path={model}"])
         for seed in self.a.seeds:
             for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every):
@@ -151,13 +233,14 @@ class Experiment:
         """Train ``<algo>_s<seed>`` up to iteration ``target`` (resuming it), then evaluate it."""
         name = f"{algo}_s{seed}"
         run = self.w / "rl" / name
-        if not (self.w / "eval" / name / f"it{target:03d}_{self.a.splits[-1]}" / "metrics.json").exists():
+        last = self.panels()[-1][0]
+        if not (self.w / "eval" / name / f"it{target:03d}_{last}" / "metrics.json").exists():
             steps = f"trainer.total_training_steps={target}"
             if (run / "checkpoints").exists():
                 self.timed(f"rl/{algo}", lambda: self.serl("train", "--resume", str(run), steps))
             else:  # a new run; trainer.overwrite moves aside a folder left by a run killed before its first save
                 self.timed(f"rl/{algo}", lambda: self.serl(
-                    "train", *self.common(), *ALGOS[algo], f"model.path={model}", f"seed={seed}",
+                    "train", *self.common(), *algos_for(self.a.env)[algo], f"model.path={model}", f"seed={seed}",
                     f"trainer.output_dir={self.w / 'rl'}", f"trainer.run_name={name}", steps,
                     "trainer.max_checkpoints_to_keep=1", "trainer.overwrite=true", *self.a.train_override))
         self.evaluate(name, target, ["--run", str(run)])
@@ -170,16 +253,30 @@ class Experiment:
             model = None
             for phase in bar:
                 bar.set_postfix_str(phase)
-                if phase == "expert":
+                if phase == "expert" and not self.a.sft_model:
                     self.expert()
                 elif phase == "sft":
-                    model = self.sft()
+                    if self.a.sft_model:
+                        model = Path(self.a.sft_model).resolve()
+                        if not (model / "config.json").exists():
+                            raise SystemExit(f"learning.py: --sft-model {self.a.sft_model}: no config.json there "
+                                             "(a Hugging Face model folder, e.g. <sft run>/model)")
+                        self.start_model(model, "--sft-model")
+                    else:
+                        model = self.start_model(self.sft(), "expert+sft")
                 elif phase == "rl":
                     self.rl(model)
-                else:
-                    from learning_report import cpu_model, write_report
+                elif phase == "report":
+                    from serl.utils import cpu_model
 
-                    write_report(self.w, self.a, self.phases, cpu_model())
+                    if self.a.env == "math":
+                        from learning_math_report import write_math_report
+
+                        write_math_report(self.w, self.a, self.phases, cpu_model())
+                    else:
+                        from learning_report import write_report
+
+                        write_report(self.w, self.a, self.phases, cpu_model())
 
 
 def main(argv: list[str] | None = None) -> int:

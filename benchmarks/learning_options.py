@@ -1,12 +1,13 @@
-"""The command line of the learning experiment, shared by ``benchmarks/learning.py`` and
-``benchmarks/learning_report.py``.
+"""The command line of the learning experiment, shared by ``benchmarks/learning.py``,
+``benchmarks/learning_report.py`` and ``benchmarks/learning_math_report.py``.
 
 Holds the options (:func:`parse_args`, with the per-env defaults :data:`ENV_DEFAULTS`) and the
-algorithms compared (:data:`ALGOS`). ``learning.py`` runs the experiment with them and
-``learning_report.py`` rewrites the report of a work folder from the same options, so both import
-this module and neither imports the other's command line. Not here: running the phases
-(``learning.py``) and writing LEARNING.md / the plot (``learning_report.py``). Imports nothing
-but the standard library.
+algorithms compared per env (:data:`ALGOS` for ALFWorld / WebShop, :data:`MATH_ALGOS` for math;
+:func:`algos_for`). ``learning.py`` runs the experiment with them and the report scripts rewrite
+the report of a work folder from the same options, so all import this module and none imports
+another's command line. Not here: running the phases (``learning.py``) and writing the report /
+the plot (``learning_report.py``, ``learning_math_report.py``). Imports nothing but the standard
+library.
 """
 
 from __future__ import annotations
@@ -16,57 +17,141 @@ import argparse
 #: the ``--help`` description (the first line of ``learning.py``'s docstring)
 DESCRIPTION = "Does serl learn? Expert cold start, then GRPO vs SERL from the same SFT checkpoint, on real games."
 
-#: the algorithms compared: name -> overrides on top of the recipe
+#: ALFWorld / WebShop: the algorithms compared, name -> overrides on top of the recipe
 ALGOS = {
     "grpo": ["algorithm.serl.enable=false"],
     "serl": ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=immediate_feedback"],
     "serl_anchor": ["algorithm.serl.enable=true", "algorithm.serl.sampling_mode=anchor_immediate_feedback"],
 }
 
+#: math (recipe ``cpu_math``: Dr.BoT + SPEAR's self-imitation replay + the cosine tool-call bonus,
+#: arXiv 2509.22601): ``grpo`` is the recipe with the replay and the tool bonus off (the same
+#: Dr.BoT loss and filters), ``spear`` the recipe as it is, ``serl`` the ``grpo`` settings plus
+#: SERL's teacher shown the data set's reference solution (docs/math.md, "SERL on math")
+_MATH_GRPO = ["algorithm.spear.enable_trajectory_replay=false", "algorithm.use_toolcall_reward=none",
+              "algorithm.serl.enable=false"]
+MATH_ALGOS = {
+    "grpo": _MATH_GRPO,
+    "spear": ["algorithm.serl.enable=false"],
+    "serl": [*_MATH_GRPO[:-1], "algorithm.serl.enable=true", "algorithm.serl.sampling_mode=reference_solution"],
+}
+
+#: the math SFT measured in docs/math.md (full fine-tuning, 1 epoch, lr 5e-5, 8 rows per optimizer
+#: step in micro-batches of 4; bf16 autocast comes from ``model.train_dtype=auto`` on a CPU with
+#: AVX512-BF16/AMX). Put before ``--sft-override``, so a user's key of the same name wins.
+MATH_SFT_DEFAULTS = ["sft.epochs=1", "sft.lr=5e-5", "sft.batch_size=8", "sft.micro_batch_size=4"]
+
 #: per env, the defaults of the options left unset (the ALFWorld ones are the script's original defaults)
 ENV_DEFAULTS = {
     "alfworld": {"workdir": "runs/learning", "recipe": "cpu_learn", "expert_tasks": 60, "iterations": 10,
-                 "eval_every": 5, "splits": ["valid_seen", "valid_unseen"]},
+                 "eval_every": 5, "splits": ["valid_seen", "valid_unseen"], "algos": ["grpo", "serl"],
+                 "lora_r": 8, "panel_size": 12, "base_eval": False, "sft_defaults": []},
     "webshop": {"workdir": "runs/learning_webshop", "recipe": "cpu_learn_webshop", "expert_tasks": 40,
-                "iterations": 3, "eval_every": 3, "splits": ["test"]},
+                "iterations": 3, "eval_every": 3, "splits": ["test"], "algos": ["grpo", "serl"],
+                "lora_r": 8, "panel_size": 12, "base_eval": False, "sft_defaults": []},
+    "math": {"workdir": "runs/learning_math", "recipe": "cpu_math", "expert_tasks": -1, "expert_rows": 1024,
+             "iterations": 40, "eval_every": 20, "splits": ["gsm8k:test"], "algos": ["grpo", "spear", "serl"],
+             "lora_r": 0, "panel_size": 128, "base_eval": True, "sft_defaults": MATH_SFT_DEFAULTS},
 }
+
+
+def algos_for(env: str) -> dict[str, list[str]]:
+    """The algorithm table of leg ``env``: :data:`MATH_ALGOS` for ``math``, else :data:`ALGOS`.
+
+    Raises:
+        KeyError: ``env`` is not a leg of :data:`ENV_DEFAULTS`.
+    """
+    if env not in ENV_DEFAULTS:
+        raise KeyError(f"learning: unknown env {env!r}; legs: {sorted(ENV_DEFAULTS)}")
+    return MATH_ALGOS if env == "math" else ALGOS
+
+
+def panel_labels(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """The panel evaluations of one policy: ``(folder label, split, mode)``. ALFWorld / WebShop:
+    one sampled evaluation per split, labelled by the split (mode ``sampled``); math: per split a
+    greedy one (``<split>_greedy``, ``:`` written ``-``; mode ``greedy``) and, with
+    ``--panel-avg-k k`` > 0, one with k sampled answers per problem (``<split>_avg<k>``; mode
+    ``avg<k>``). The folder of a policy's evaluation at iteration i is ``eval/<policy>/it<iii>_<label>``."""
+    if args.env != "math":
+        return [(s, s, "sampled") for s in args.splits]
+    out = []
+    for s in args.splits:
+        out.append((f"{s.replace(':', '-')}_greedy", s, "greedy"))
+        if args.panel_avg_k:
+            out.append((f"{s.replace(':', '-')}_avg{args.panel_avg_k}", s, f"avg{args.panel_avg_k}"))
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The options of ``learning.py`` / ``learning_report.py`` (``argv``: default ``sys.argv[1:]``),
-    the options left unset filled from :data:`ENV_DEFAULTS` for ``--env``."""
+    the options left unset filled from :data:`ENV_DEFAULTS` for ``--env``; ``sft_defaults`` (not an
+    option) holds the env's SFT overrides that go before ``--sft-override``."""
     p = argparse.ArgumentParser(description=DESCRIPTION)
     p.add_argument("--env", default="alfworld", choices=sorted(ENV_DEFAULTS),
                    help="which leg; sets the defaults of --workdir --recipe --expert-tasks --iterations "
-                        "--eval-every --splits (ENV_DEFAULTS)")
-    p.add_argument("--workdir", help="default: runs/learning (alfworld), runs/learning_webshop (webshop)")
+                        "--eval-every --splits --algos --lora-r --panel-size --base-eval (ENV_DEFAULTS)")
+    p.add_argument("--workdir", help="default: runs/learning (alfworld), runs/learning_webshop (webshop), "
+                                     "runs/learning_math (math)")
     p.add_argument("--data-dir", help="env.data_dir (ALFWorld json_2.1.1/... or WebShop data); default: the "
                                       "recipe's / the data shipped with serl")
-    p.add_argument("--recipe", help="default: cpu_learn (alfworld), cpu_learn_webshop (webshop)")
-    p.add_argument("--expert-tasks", type=int, help="expert train tasks; default 60 (alfworld), 40 (webshop)")
+    p.add_argument("--recipe", help="default: cpu_learn (alfworld), cpu_learn_webshop (webshop), cpu_math (math)")
+    p.add_argument("--expert-tasks", type=int,
+                   help="expert train tasks drawn with --expert-seed; default 60 (alfworld), 40 (webshop), "
+                        "-1 = all of GSM8K train (math)")
+    p.add_argument("--expert-rows", type=int,
+                   help="math: the SFT set is the first N expert rows in --expert-seed order (problems whose "
+                        "solution has no or too many calculator steps give no row); default 1024, 0 = all")
     p.add_argument("--expert-seed", type=int, default=0)
     p.add_argument("--expert-min-score", type=float, default=1.0,
                    help="webshop: keep oracle episodes whose score is at least this (1.0 = won)")
-    p.add_argument("--lora-r", type=int, default=8, help="LoRA rank of the SFT (0 = full fine-tuning)")
-    p.add_argument("--algos", nargs="+", default=["grpo", "serl"], choices=sorted(ALGOS))
+    p.add_argument("--sft-model", help="an SFT model folder (config.json inside) to start RL from instead of "
+                                       "running the expert and sft phases; recorded in the report")
+    p.add_argument("--lora-r", type=int, help="LoRA rank of the SFT (0 = full fine-tuning); default 8, math 0")
+    p.add_argument("--algos", nargs="+", help="default grpo serl (alfworld, webshop: choices "
+                   f"{sorted(ALGOS)}); grpo spear serl (math: choices {sorted(MATH_ALGOS)})")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--iterations", type=int, help="RL iterations per run; default 10 (alfworld), 3 (webshop)")
-    p.add_argument("--eval-every", type=int, help="panel evaluation every this many iterations; default 5 / 3")
+    p.add_argument("--iterations", type=int, help="RL iterations per run; default 10 (alfworld), 3 (webshop), 40 (math)")
+    p.add_argument("--eval-every", type=int, help="panel evaluation every this many iterations; default 5 / 3 / 20")
     p.add_argument("--panel-per-type", type=int, default=4, help="alfworld: panel tasks per task type and split")
-    p.add_argument("--panel-size", type=int, default=12, help="webshop: the panel is test goals 0..N-1")
-    p.add_argument("--splits", nargs="+", help="panel splits; default valid_seen valid_unseen (alfworld), test (webshop)")
+    p.add_argument("--panel-size", type=int, help="webshop: the panel is test goals 0..N-1 (default 12); math: "
+                                                  "the first N problems of each --splits split (default 128)")
+    p.add_argument("--panel-avg-k", type=int, default=4,
+                   help="math: also evaluate the panel with k sampled answers per problem (rollout.val_n=k; "
+                        "avg@k and pass@k); 0 = greedy only")
+    p.add_argument("--base-eval", action=argparse.BooleanOptionalAction, default=None,
+                   help="also evaluate the recipe's base model on the panel (default: on for math)")
+    p.add_argument("--splits", nargs="+", help="panel splits; default valid_seen valid_unseen (alfworld), test "
+                                               "(webshop), gsm8k:test (math)")
     p.add_argument("--eval-seed", type=int, default=1000)
-    p.add_argument("--report-md", help="where LEARNING.md goes (default: in --workdir)")
-    p.add_argument("--report-png", help="where the plot goes (default: learning.png in --workdir)")
+    p.add_argument("--smooth-window", type=int, default=5,
+                   help="math report: moving-average window (iterations) of the training-accuracy curve and "
+                        "the block size of the per-step signal table")
+    p.add_argument("--report-md", help="where the report goes (default: LEARNING.md in --workdir; math: LEARNING_math.md)")
+    p.add_argument("--report-png", help="where the plot goes (default: learning.png in --workdir; math: learning_math.png)")
     p.add_argument("--override", nargs="*", default=[], help="key=value for every serl command")
-    p.add_argument("--sft-override", nargs="*", default=[], help="key=value for serl sft only")
+    p.add_argument("--sft-override", nargs="*", default=[], help="key=value for serl sft only (after the env's "
+                                                                  "defaults: math " + " ".join(MATH_SFT_DEFAULTS) + ")")
     p.add_argument("--train-override", nargs="*", default=[], help="key=value for serl train only")
     a = p.parse_args(argv)
     for k, v in ENV_DEFAULTS[a.env].items():
-        if getattr(a, k) is None:
-            setattr(a, k, v)
+        if getattr(a, k, None) is None:
+            setattr(a, k, list(v) if isinstance(v, list) else v)
+    table = algos_for(a.env)
+    unknown = [x for x in a.algos if x not in table]
+    if unknown:
+        p.error(f"--algos {unknown}: not an algorithm of --env {a.env}; choose from {sorted(table)}")
     if a.panel_size < 1 or a.panel_per_type < 1:
         p.error("--panel-size and --panel-per-type must be >= 1")
+    if a.panel_avg_k < 0 or a.panel_avg_k == 1:
+        p.error("--panel-avg-k must be 0 (off) or >= 2 (avg@k needs k samples per problem)")
+    if a.expert_rows is not None and a.env != "math":
+        p.error("--expert-rows is for --env math (ALFWorld / WebShop keep every row of the kept episodes)")
+    if a.expert_rows is not None and a.expert_rows < 0:
+        p.error("--expert-rows must be >= 0 (0 = every expert row)")
+    if a.expert_tasks == 0 or a.expert_tasks < -1:
+        p.error("--expert-tasks must be >= 1 (or -1 for the whole split)")
+    if a.smooth_window < 1:
+        p.error("--smooth-window must be >= 1")
     if not 0.0 <= a.expert_min_score <= 1.0:
         p.error("--expert-min-score must be in [0, 1]")
     if a.iterations < 1 or a.eval_every < 1 or a.iterations % a.eval_every:

@@ -8,10 +8,11 @@ into the workdir, or where ``--report-md`` / ``--report-png`` say. ``python benc
 from whatever runs have finished so far.
 
 One report per leg: ``--env alfworld`` (the default) or ``--env webshop`` (the same options as
-``learning.py``). The WebShop report titles itself "WebShop", lists the panel's test goals, and gives
-per policy the success rate (score exactly 1.0), the mean WebShop score in [0, 1]
-(``webshop_task_score``, WebShop's own metric, arXiv 2207.01206) and the valid-action ratio; its plot
-has a second panel with the mean score. WebShop lists a search as ``search[<your query>]``, so the
+``learning.py``); ``--env math`` is written by ``learning_math_report.py``, which this script
+calls. The WebShop report titles itself "WebShop", lists the panel's test goals, and gives per
+policy the success rate (score exactly 1.0), the mean WebShop score in [0, 1]
+(``webshop_task_score``, WebShop's own metric, arXiv 2207.01206) and the valid-action ratio; its
+plot has a second panel with the mean score. WebShop lists a search as ``search[<your query>]``, so the
 admissible-action ratio is left out there (a real query is never "listed").
 """
 
@@ -237,4 +238,9 @@ if __name__ == "__main__":
     a = parse_args(sys.argv[1:])
     w = Path(a.workdir).resolve()
     ph = json.loads((w / "phases.json").read_text()) if (w / "phases.json").exists() else {}
-    write_report(w, a, ph, cpu_model())
+    if a.env == "math":  # its own module (it imports nothing from this one)
+        from learning_math_report import write_math_report
+
+        write_math_report(w, a, ph, cpu_model())
+    else:
+        write_report(w, a, ph, cpu_model())

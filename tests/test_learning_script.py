@@ -1,6 +1,8 @@
 """benchmarks/learning.py runs end to end on the tiny model: expert rows from the shipped fixture,
 SFT (LoRA), panel evaluation at the SFT start, 1 seed x 1 iteration of GRPO and of SERL with a
-panel evaluation after it, and the report (LEARNING.md with its tables, and the PNG plot)."""
+panel evaluation after it, and the report (LEARNING.md with its tables, and the PNG plot). The math
+leg without a model: its options, the command lines of its phases (``Experiment.serl`` replaced by a
+recorder) with resume and skip, and its report from synthetic files, checked by hand."""
 
 from __future__ import annotations
 
@@ -8,8 +10,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # the scripts import their siblings by name
+
+import learning  # noqa: E402
+import learning_math_report as lmr  # noqa: E402
+from learning_options import MATH_ALGOS, MATH_SFT_DEFAULTS, parse_args  # noqa: E402
 
 
 def test_learning_script_end_to_end_on_the_tiny_model(tiny_model_dir, tmp_path):
@@ -82,3 +92,276 @@ def test_learning_script_webshop_leg_on_the_tiny_model(tiny_model_dir, tmp_path)
 
     r2 = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert r2.returncode == 0 and "+ serl " not in r2.stdout
+
+
+# ---------------------------------------------------------------------------- the math leg (no model)
+def test_math_options_defaults_and_errors():
+    a = parse_args(["--env", "math"])
+    assert (a.recipe, a.workdir, a.lora_r, a.iterations, a.eval_every) == ("cpu_math", "runs/learning_math", 0, 40, 20)
+    assert a.algos == ["grpo", "spear", "serl"] and a.seeds == [0, 1, 2] and a.splits == ["gsm8k:test"]
+    assert (a.panel_size, a.panel_avg_k, a.base_eval, a.expert_tasks, a.expert_rows) == (128, 4, True, -1, 1024)
+    assert a.sft_defaults == MATH_SFT_DEFAULTS == ["sft.epochs=1", "sft.lr=5e-5", "sft.batch_size=8",
+                                                   "sft.micro_batch_size=4"]
+    b = parse_args(["--env", "math", "--no-base-eval", "--lora-r", "16", "--panel-avg-k", "0", "--algos", "spear"])
+    assert (b.base_eval, b.lora_r, b.panel_avg_k, b.algos) == (False, 16, 0, ["spear"])
+    old = parse_args([])  # ALFWorld keeps its original defaults
+    assert (old.lora_r, old.algos, old.base_eval, old.sft_defaults, old.expert_rows) == (8, ["grpo", "serl"], False, [], None)
+    for bad in (["--env", "math", "--algos", "serl_anchor"], ["--env", "math", "--panel-avg-k", "1"],
+                ["--expert-rows", "5"], ["--env", "math", "--iterations", "30"], ["--env", "alfworld", "--algos", "spear"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+
+
+def test_math_algorithms_load_as_configs():
+    """Each math algorithm's overrides give a config serl accepts, with the switches said."""
+    from serl.configure import check_config, load_config
+
+    got = {}
+    for name, ov in MATH_ALGOS.items():
+        cfg = load_config("cpu_math", ov)
+        check_config(cfg)
+        alg = cfg.algorithm
+        got[name] = (alg.spear.enable_trajectory_replay, alg.use_toolcall_reward, alg.serl.enable, alg.serl.sampling_mode)
+    assert got["grpo"][:3] == (False, "none", False)
+    assert got["spear"][:3] == (True, "cosine", False)
+    assert got["serl"] == (False, "none", True, "reference_solution")
+
+
+class FakeSerl:
+    """Stands in for ``Experiment.serl``: records each argv and writes what the command would."""
+
+    def __init__(self, stop_at=None):
+        self.calls, self.stop_at = [], stop_at
+
+    def __call__(self, exp, *argv):
+        argv = list(argv)
+        if self.stop_at is not None and self.stop_at(argv, len(self.calls)):
+            raise SystemExit("interrupted")
+        self.calls.append(argv)
+        opt = lambda flag: argv[argv.index(flag) + 1]  # noqa: E731
+        kv = dict(x.split("=", 1) for x in argv if "=" in x and not x.startswith("-"))
+        if argv[0] == "data":
+            Path(opt("--out")).write_text("".join(json.dumps({"uid": f"p{i}"}) + "\n" for i in range(5)))
+        elif argv[0] == "sft":
+            (exp.w / "sft" / "model").mkdir(parents=True)
+            (exp.w / "sft" / "model" / "config.json").write_text("{}")
+        elif argv[0] == "train":
+            run = Path(opt("--resume")) if "--resume" in argv else Path(kv["trainer.output_dir"]) / kv["trainer.run_name"]
+            (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+            with open(run / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"iteration": int(kv["trainer.total_training_steps"]), "episode/success_rate": 0.5}) + "\n")
+        elif argv[0] == "eval":
+            out = Path(opt("--out"))
+            out.mkdir(parents=True)
+            (out / "metrics.json").write_text(json.dumps({"success_rate": 0.5, "num_tasks": int(opt("--num-tasks"))}))
+
+
+def _math_args(work, *extra):
+    return parse_args(["--env", "math", "--workdir", str(work), "--seeds", "0", "1", "--iterations", "4",
+                       "--eval-every", "2", "--panel-size", "3", "--algos", "grpo", "serl", "--expert-rows", "2", *extra])
+
+
+def _run(args, fake, monkeypatch):
+    monkeypatch.setattr(learning.Experiment, "serl", lambda exp, *argv: fake(exp, *argv))  # a method: gets exp
+    monkeypatch.setattr(lmr, "write_math_report", lambda *a: None)  # the report has its own tests below
+    learning.Experiment(args).run()
+
+
+def test_math_phase_command_lines_resume_and_skip(tmp_path, monkeypatch):
+    work = tmp_path / "w"
+    # interrupted at grpo seed 0's second chunk (a resume of a run that has a checkpoint)
+    first = FakeSerl(stop_at=lambda argv, n: argv[:2] == ["train", "--resume"])
+    with pytest.raises(SystemExit):
+        _run(_math_args(work), first, monkeypatch)
+    sft, pool = work / "sft" / "model", work / "expert_pool.jsonl"
+    ev = lambda p, it, lab: str(work / "eval" / p / f"it{it:03d}_gsm8k-test_{lab}")  # noqa: E731
+    panel = ["--split", "gsm8k:test", "--num-tasks", "3"]
+    want = [
+        ["data", "expert", "math", "recipe=cpu_math", "--split", "gsm8k:train", "--num-tasks", "-1", "--seed", "0",
+         "--out", str(pool)],
+        ["sft", "--data", str(work / "expert.jsonl"), "recipe=cpu_math", "model.lora.r=0", *MATH_SFT_DEFAULTS,
+         f"trainer.output_dir={work}", "trainer.run_name=sft", "trainer.overwrite=true"],
+        ["eval", "recipe=cpu_math", *panel, "--greedy", "--seed", "1000", "--out", ev("base", 0, "greedy")],
+        ["eval", "recipe=cpu_math", "rollout.val_n=4", *panel, "--seed", "1000", "--out", ev("base", 0, "avg4")],
+        ["eval", "recipe=cpu_math", f"model.path={sft}", *panel, "--greedy", "--seed", "1000", "--out", ev("sft", 0, "greedy")],
+        ["eval", "recipe=cpu_math", f"model.path={sft}", "rollout.val_n=4", *panel, "--seed", "1000", "--out",
+         ev("sft", 0, "avg4")],
+        ["train", "recipe=cpu_math", *MATH_ALGOS["grpo"], f"model.path={sft}", "seed=0", f"trainer.output_dir={work / 'rl'}",
+         "trainer.run_name=grpo_s0", "trainer.total_training_steps=2", "trainer.max_checkpoints_to_keep=1",
+         "trainer.overwrite=true"],
+        ["eval", "--run", str(work / "rl" / "grpo_s0"), *panel, "--greedy", "--seed", "1000", "--out",
+         ev("grpo_s0", 2, "greedy")],
+        ["eval", "--run", str(work / "rl" / "grpo_s0"), "rollout.val_n=4", *panel, "--seed", "1000", "--out",
+         ev("grpo_s0", 2, "avg4")],
+    ]
+    assert first.calls[: len(want)] == want
+    serl_train = first.calls[len(want)]
+    assert serl_train[0] == "train" and "algorithm.serl.sampling_mode=reference_solution" in serl_train
+    assert len(first.calls) == len(want) + 3  # serl_s0: train + 2 evals, then the interruption
+    assert [json.loads(x)["uid"] for x in (work / "expert.jsonl").read_text().splitlines()] == ["p0", "p1"]
+    assert json.loads((work / "start.json").read_text()) == {"model": str(sft), "source": "expert+sft"}
+
+    second = FakeSerl()  # the same command again: continues where it stopped, redoes nothing finished
+    _run(_math_args(work), second, monkeypatch)
+    assert second.calls[0] == ["train", "--resume", str(work / "rl" / "grpo_s0"), "trainer.total_training_steps=4"]
+    assert not [c for c in second.calls if c[0] in ("data", "sft") or "it000" in c[-1] or "it002_" in c[-1] and "_s0" in c[-1]]
+    trains = [c for c in second.calls if c[0] == "train"]
+    # seed 0: both algorithms resume to 4; seed 1: both start (to 2), then resume (to 4)
+    assert len(trains) == 6 and [c[1] == "--resume" for c in trains] == [True, True, False, False, True, True]
+    for p in ("grpo_s0", "grpo_s1", "serl_s0", "serl_s1"):
+        for it in (2, 4):
+            for lab in ("greedy", "avg4"):
+                assert (Path(ev(p, it, lab)) / "metrics.json").exists()
+    third = FakeSerl()
+    _run(_math_args(work), third, monkeypatch)
+    assert third.calls == []
+
+
+def test_math_sft_model_option_skips_expert_and_sft(tmp_path, monkeypatch):
+    model = tmp_path / "my_sft"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    work = tmp_path / "w"
+    fake = FakeSerl()
+    _run(_math_args(work, "--sft-model", str(model), "--no-base-eval", "--panel-avg-k", "0"), fake, monkeypatch)
+    assert [c[0] for c in fake.calls][:2] == ["eval", "train"] and not [c for c in fake.calls if c[0] in ("data", "sft")]
+    assert fake.calls[0][:2] == ["eval", "recipe=cpu_math"] and f"model.path={model}" in fake.calls[0]
+    assert f"model.path={model}" in fake.calls[1]
+    assert json.loads((work / "start.json").read_text()) == {"model": str(model), "source": "--sft-model"}
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    with pytest.raises(SystemExit, match="use another --workdir"):
+        _run(_math_args(work, "--sft-model", str(other)), FakeSerl(), monkeypatch)
+    with pytest.raises(SystemExit, match="no config.json"):
+        _run(_math_args(tmp_path / "w2", "--sft-model", str(tmp_path)), FakeSerl(), monkeypatch)
+
+
+# ---------------------------------------------------------------------------- the math report
+def test_math_report_statistics_by_hand():
+    assert lmr.moving_average([0.0, 1.0, 2.0, 3.0], 2) == [0.0, 0.5, 1.5, 2.5]
+    assert lmr.moving_average([4.0, 2.0], 1) == [4.0, 2.0]
+    with pytest.raises(ValueError, match="window"):
+        lmr.moving_average([1.0], 0)
+    assert lmr.seed_band({0: [1.0, 2.0, 3.0], 1: [3.0, 4.0]}) == ([2.0, 3.0, 3.0], [1.0, 2.0, 3.0], [3.0, 4.0, 3.0], [2, 2, 1])
+    assert lmr.mean_std([0.25, 0.5, 0.75]) == "0.500 ± 0.250 (n=3)" and lmr.mean_std([]) == "—"
+    assert lmr.sign_flip_p([1.0, 2.0, 3.0]) == 0.25  # |sum| 6 is reached by 2 of the 8 sign vectors
+    assert lmr.sign_flip_p([0.0, 0.25, 0.5]) == 0.5  # sums ±0.25 ± 0.5 (× 2 for the 0): |.| >= 0.75 in 4 of 8
+    assert lmr.sign_flip_p([1.0, -1.0]) == 1.0
+    assert lmr.permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.1)  # 2 of C(6,3) = 20 splits
+    assert lmr.permutation_p([0.75, 0.75, 1.0], [0.25, 0.5, 0.75]) == pytest.approx(0.3)  # 6 of 20
+    assert lmr.mcnemar_p(0, 5) == 0.0625 and lmr.mcnemar_p(1, 1) == 1.0 and lmr.mcnemar_p(0, 0) == 1.0
+    assert lmr.mcnemar_p(8, 1) == pytest.approx(2 * 10 / 512)
+    for bad in (lambda: lmr.sign_flip_p([]), lambda: lmr.permutation_p([], [1.0]), lambda: lmr.mcnemar_p(-1, 2)):
+        with pytest.raises(ValueError):
+            bad()
+
+
+def _write(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(x) + "\n" for x in obj) if isinstance(obj, list) else json.dumps(obj))
+
+
+def _synthetic_math_workdir(work: Path) -> None:
+    """4 panel problems; SFT solves problem 0; grpo ends at 1/4, 2/4, 3/4 greedy, serl at 3/4, 3/4, 4/4."""
+    _write(work / "phases.json", {"expert": 60.0, "sft": 600.0, "eval": 120.0, "rl/grpo": 300.0})
+    _write(work / "start.json", {"model": str(work / "sft" / "model"), "source": "expert+sft"})
+    _write(work / "expert_pool.jsonl", [{"uid": i} for i in range(5)])
+    _write(work / "expert.jsonl", [{"uid": i} for i in range(2)])
+    _write(work / "sft" / "metrics.jsonl", [{"iteration": 1, "sft/loss": 2.0}, {"iteration": 2, "sft/loss": 1.0}])
+    ids = [f"gsm8k-test-{i:05d}" for i in range(4)]
+
+    def ev(policy, it, solved, avg, tool=1.0):
+        d = work / "eval" / policy / f"it{it:03d}_gsm8k-test_greedy"
+        _write(d / "metrics.json", {"success_rate": len(solved) / 4, "num_tasks": 4, "tool_call_rate": tool})
+        _write(d / "tasks.jsonl", [{"task_id": t, "won": i in solved} for i, t in enumerate(ids)])
+        _write(work / "eval" / policy / f"it{it:03d}_gsm8k-test_avg4" / "metrics.json",
+               {"success_rate": avg, "acc/mean@4": avg, "acc/pass@4": min(1.0, 2 * avg), "num_tasks": 4, "tool_call_rate": tool})
+
+    ev("base", 0, set(), 0.0, tool=0.0)
+    ev("sft", 0, {0}, 0.25)
+    for s, end in enumerate(({0}, {0, 1}, {0, 1, 2})):
+        ev(f"grpo_s{s}", 2, {0}, 0.25)
+        ev(f"grpo_s{s}", 4, end, 0.25 * (s + 1))
+    for s, end in enumerate(({0, 1, 2}, {1, 2, 3}, {0, 1, 2, 3})):
+        ev(f"serl_s{s}", 2, {0}, 0.5)
+        ev(f"serl_s{s}", 4, end, 0.75)
+    acc = {"grpo": [[0.0, 0.5, 0.5, 1.0], [0.0, 0.0, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5]],
+           "serl": [[0.5, 0.5, 1.0, 1.0], [0.5, 1.0, 1.0, 1.0], [0.0, 0.5, 0.5, 1.0]]}
+    for algo, runs in acc.items():
+        for s, curve in enumerate(runs):
+            rows = []
+            for i, a in enumerate(curve, start=1):
+                r = {"iteration": i, "episode/success_rate": a, "tool/trajectory_with_call_fraction": 1.0,
+                     "critic/advantages/nonzero_group_fraction": 0.5, "timing/iteration_s": 60.0}
+                if algo == "serl":
+                    r.update({"serl_action_mask/empty_target_batch": float(i == 1),
+                              "serl_action_mask/weight_mean": 1.0 if i == 1 else 1.02,
+                              "serl_action_mask/weight_min": 0.8 + 0.01 * i, "serl_action_mask/weight_max": 1.2 - 0.01 * i,
+                              "serl_action_mask/delta_abs_mean": 0.01 * i, "serl_action_mask/clipped_fraction": 0.1})
+                rows.append(r)
+            _write(work / "rl" / f"{algo}_s{s}" / "metrics.jsonl", rows)
+    _write(work / "rl" / "grpo_s0" / "trace" / "4.jsonl",
+           [{"iteration": 4, "task_id": "gsm8k-train-00001", "task_text": "How many?", "won": True, "episode_reward": 1.0,
+             "response": "It is \\boxed{3}", "advantage": 0.5},
+            {"iteration": 4, "task_id": "gsm8k-train-00002", "task_text": "How much?", "won": False, "episode_reward": -1.0,
+             "response": "I give up", "advantage": -0.5}])
+    _write(work / "rl" / "serl_s1" / "trace" / "4.jsonl",
+           [{"iteration": 4, "task_id": "gsm8k-train-00003", "task_text": "Twice 4?", "won": True, "episode_reward": 1.0,
+             "response": '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(2*4)"}}\n</tool_call>'
+                         "user\n<tool_response>\n8\n</tool_response>\nThe answer is \\boxed{8}", "advantage": 0.75}])
+    _write(work / "rl" / "serl_s0" / "trace" / "2.jsonl",
+           [{"iteration": 2, "task_id": "gsm8k-train-00009", "task_text": "Old", "won": True, "episode_reward": 1.0,
+             "response": "<tool_call>x</tool_call>", "advantage": 1.0}])
+
+
+def test_math_report_from_synthetic_files(tmp_path):
+    work = tmp_path / "w"
+    _synthetic_math_workdir(work)
+    args = parse_args(["--env", "math", "--workdir", str(work), "--iterations", "4", "--eval-every", "2",
+                       "--panel-size", "4", "--algos", "grpo", "serl", "--smooth-window", "2"])
+    md_path = lmr.write_math_report(work, args, json.loads((work / "phases.json").read_text()), "Test CPU")
+    md = md_path.read_text()
+    assert md_path == work / "LEARNING_math.md" and md.startswith("# Learning experiment: math")
+    assert "Machine: Test CPU" in md and "Status: complete." in md and "| sft | 10.0 |" in md
+    assert "Cold start: 2 expert rows (the first of the 5" in md and "loss 2.000 → 1.000" in md
+    assert "| base model | 0 | 0.000 (0/4) | 0.000 | 0.000 | 0.000 |" in md
+    assert "| SFT start | 0 | 0.250 (1/4) | 0.250 | 0.500 | 1.000 |" in md
+    # grpo ends at 1/4, 2/4, 3/4: mean 0.5, sample std 0.25; serl at 3/4, 3/4, 1: 0.833 ± 0.144
+    assert "| grpo | 4 | 0.500 ± 0.250 (n=3) | 0.500 ± 0.250 (n=3) |" in md
+    assert "| serl | 4 | 0.833 ± 0.144 (n=3) | 0.750 ± 0.000 (n=3) |" in md
+    assert "| serl | 2 | 0.250 ± 0.000 (n=3) | 0.500 ± 0.000 (n=3) |" in md
+    # vs SFT (0.25): grpo Δ = 0, 0.25, 0.5 -> sign-flip p 0.5; serl Δ all > 0 -> p 0.25; serl vs grpo: p 0.3
+    assert "| grpo | greedy accuracy | 2 / 1 / 0 | +0.250 | 0.500 | — | — |" in md
+    assert "| serl | greedy accuracy | 3 / 0 / 0 | +0.583 | 0.250 | +0.333 | 0.300 |" in md
+    # per problem: serl solves 2 + 3 + 3 problems the SFT start misses, and misses problem 0 once
+    assert "| serl | 3 | 8 | 1 | 0.039 |" in md
+    # signal per 2 iterations: grpo seed means (0.25, 0, 0.5) -> 0.250 ± 0.250; (0.75, 0.5, 0.5) -> 0.583 ± 0.144
+    assert "| 1–2 | 3 | 0.250 ± 0.250 | 1.000 | 0.500 | 60.0 | — | — | — |" in md
+    assert "| 3–4 | 3 | 0.583 ± 0.144 | 1.000 | 0.500 | 60.0 | — | — | — |" in md
+    # serl block 1–2: only iteration 2 was scored (3 seeds): W 1.02 in [0.82, 1.18], |Δ| 0.02
+    assert "| 1.020 [0.820, 1.180] (3 it.) | 0.0200 | 0.100 |" in md
+    assert "`serl_s1`, iteration 4, problem `gsm8k-train-00003`" in md  # solved with a tool call, latest iteration
+    assert "**Failed** — `grpo_s0`, iteration 4" in md
+    assert "`gsm8k-test-00000`, `gsm8k-test-00001`, `gsm8k-test-00002`, `gsm8k-test-00003`" in md
+    assert (work / "learning_math.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # a partial experiment: serl seed 2 has no end point yet -> the end rows use seeds 0 and 1, and say so
+    (work / "eval" / "serl_s2" / "it004_gsm8k-test_avg4" / "metrics.json").unlink()
+    md = lmr.write_math_report(work, args, {}, "Test CPU").read_text()
+    assert "Status: **partial**" in md and "serl: seeds [0, 1] finished; in progress serl_s2 (4 it.)" in md
+    assert "| serl | 4 | 0.750 ± 0.000 (n=2) |" in md and "| serl | 3 | 6 | 1 |" not in md and "| serl | 2 | 5 | 1 |" in md
+
+
+def test_math_report_script_rewrites_a_partial_workdir(tmp_path):
+    """``learning_report.py --env math`` (a subprocess, as a user runs it) writes the math report."""
+    work = tmp_path / "w"
+    _synthetic_math_workdir(work)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "learning_report.py"), "--env", "math",
+                        "--workdir", str(work), "--iterations", "4", "--eval-every", "2", "--algos", "grpo", "serl",
+                        "--report-md", str(tmp_path / "out.md"), "--report-png", str(tmp_path / "out.png")],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "out.md").read_text().startswith("# Learning experiment: math") and r.stderr == ""
+    assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,498 @@
+"""The math leg's report (``LEARNING_math.md``) and plot (``learning_math.png``) from the files of
+``benchmarks/learning.py --env math`` (see its docstring).
+
+Reads, all from the work folder: ``phases.json`` (wall time per phase), ``start.json`` (the RL
+start: expert + SFT or ``--sft-model``), ``expert.jsonl`` / ``expert_pool.jsonl`` (row counts),
+``sft/metrics.jsonl`` (``sft/loss``), ``eval/<policy>/it<NNN>_<label>/{metrics.json,tasks.jsonl}``
+(panel evaluations: ``label`` = ``<split>_greedy`` or ``<split>_avg<k>``,
+:func:`learning_options.panel_labels`), ``rl/<algo>_s<seed>/metrics.jsonl`` (one line per RL
+iteration) and ``rl/<algo>_s<seed>/trace/<iteration>.jsonl`` (sampled trajectories,
+:class:`serl.train.teacher_log.TraceWriter`), and ``NOTES.md`` (findings written by hand) if it
+exists. A run counts as finished when its evaluation at ``--iterations`` exists on every panel;
+the end-of-run table and the significance tests use finished seeds only and say which.
+
+The keys read:
+
+* ``serl eval`` ``metrics.json``: ``success_rate`` (greedy: panel accuracy), ``acc/mean@k``
+  (avg@k) and ``acc/pass@k`` (:func:`serl.train.sample_metrics.aggregate_sample_metrics`),
+  ``tool_call_rate`` and ``tool_calls_mean`` (:meth:`serl.envs.math.env.MathEnv.episode_metrics`);
+  ``tasks.jsonl``: ``task_id`` and ``won`` per problem (the panel ids, the paired test);
+* ``serl train`` ``metrics.jsonl`` (:data:`SIGNAL_KEYS`): ``episode/success_rate`` (training
+  accuracy on the iteration's fresh problems, all groups), ``tool/trajectory_with_call_fraction``,
+  ``critic/advantages/nonzero_group_fraction`` (groups kept by the std filter),
+  ``timing/iteration_s`` and SERL's ``serl_action_mask/{weight_mean,weight_min,weight_max,
+  delta_abs_mean,clipped_fraction}``, counted only on iterations where
+  ``serl_action_mask/empty_target_batch`` is 0 (otherwise the teacher scored no token and the
+  weights are the placeholder 1).
+
+``python benchmarks/learning_report.py --env math --workdir DIR`` (or this file, with the same
+options) rewrites both files of a partial experiment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from learning_options import algos_for, panel_labels  # noqa: E402  (a sibling script: this folder is on sys.path)
+
+#: metrics.jsonl keys of the per-step signal: (table header, key)
+SIGNAL_KEYS = [("train accuracy", "episode/success_rate"), ("tool-call rate", "tool/trajectory_with_call_fraction"),
+               ("groups with A ≠ 0", "critic/advantages/nonzero_group_fraction"), ("s / iteration", "timing/iteration_s")]
+#: SERL's weight metrics (arXiv 2605.19447; :func:`serl.algos.selective_weights.serl_token_weights`)
+SERL_KEYS = ("weight_mean", "weight_min", "weight_max", "delta_abs_mean", "clipped_fraction")
+
+
+# ---------------------------------------------------------------------------- statistics
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing moving average: element i is the mean of ``values[max(0, i-window+1) : i+1]``
+    (the first ``window - 1`` points average what exists). Raises ``ValueError`` for ``window < 1``."""
+    if window < 1:
+        raise ValueError(f"moving_average: window must be >= 1, got {window}")
+    return [statistics.fmean(values[max(0, i - window + 1): i + 1]) for i in range(len(values))]
+
+
+def seed_band(per_seed: dict[int, list[float]]) -> tuple[list[float], list[float], list[float], list[int]]:
+    """Mean, min and max over seeds at each position, and how many seeds have it: ``per_seed`` maps a
+    seed to its curve (curves of different lengths: a position uses the seeds that reach it)."""
+    n = max((len(v) for v in per_seed.values()), default=0)
+    mean, lo, hi, count = [], [], [], []
+    for i in range(n):
+        vals = [v[i] for v in per_seed.values() if i < len(v)]
+        mean.append(statistics.fmean(vals))
+        lo.append(min(vals))
+        hi.append(max(vals))
+        count.append(len(vals))
+    return mean, lo, hi, count
+
+
+def mean_std(values: list[float], digits: int = 3) -> str:
+    """``"0.250 ± 0.050 (n=3)"``: mean and sample std over seeds (std 0 for one value); ``—`` for none."""
+    if not values:
+        return "—"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.{digits}f} ± {sd:.{digits}f} (n={len(values)})"
+
+
+_TIE = 1e-12  # statistics equal up to float rounding count as "at least as extreme"
+
+
+def sign_flip_p(diffs: list[float]) -> float:
+    """Exact two-sided sign-flip (one-sample permutation) test of mean 0: the share of the 2^n
+    sign assignments of ``diffs`` whose |mean| is at least the observed |mean| (Fisher 1935; Good,
+    *Permutation Tests*, 2nd ed., §3.1). With n values the smallest possible p is 2 / 2^n (0.25 for
+    3 seeds). Raises ``ValueError`` for no values or more than 20 (2^20 assignments)."""
+    n = len(diffs)
+    if not 1 <= n <= 20:
+        raise ValueError(f"sign_flip_p: needs 1..20 values, got {n}")
+    obs = abs(sum(diffs))
+    hits = sum(abs(sum(s * d for s, d in zip(signs, diffs))) >= obs - _TIE
+               for signs in itertools.product((1, -1), repeat=n))
+    return hits / 2 ** n
+
+
+def permutation_p(a: list[float], b: list[float]) -> float:
+    """Exact two-sided two-sample permutation test of equal means: the share of the C(n_a + n_b,
+    n_a) splits of the pooled values into groups of sizes n_a and n_b whose |mean difference| is at
+    least the observed one (Good, *Permutation Tests*, §3.2). 3 vs 3 seeds: smallest p = 2/20 = 0.1.
+    Raises ``ValueError`` when a group is empty or there are more than 20 values."""
+    if not a or not b or len(a) + len(b) > 20:
+        raise ValueError(f"permutation_p: needs two non-empty groups of 20 values at most, got {len(a)} and {len(b)}")
+    pooled, k = a + b, len(a)
+    total = sum(pooled)
+
+    def gap(group_sum: float) -> float:
+        return abs(group_sum / k - (total - group_sum) / (len(pooled) - k))
+
+    obs = gap(sum(a))
+    splits = list(itertools.combinations(range(len(pooled)), k))
+    return sum(gap(sum(pooled[i] for i in idx)) >= obs - _TIE for idx in splits) / len(splits)
+
+
+def mcnemar_p(b: int, c: int) -> float:
+    """Exact two-sided McNemar test on paired right/wrong outcomes: ``b`` pairs where only the first
+    policy is right, ``c`` where only the second is; p = min(1, 2 · P[Binomial(b + c, 1/2) ≤ min(b, c)])
+    (McNemar 1947, the exact binomial form). 1.0 when there is no discordant pair. Raises
+    ``ValueError`` for a negative count."""
+    if b < 0 or c < 0:
+        raise ValueError(f"mcnemar_p: counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+# ---------------------------------------------------------------------------- reading the work folder
+def load_panel(workdir: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """``{(policy, iteration, label): metrics.json}`` of every finished panel evaluation."""
+    out = {}
+    for f in sorted((workdir / "eval").glob("*/it*_*/metrics.json")):
+        it, label = f.parent.name[2:].split("_", 1)
+        out[(f.parent.parent.name, int(it), label)] = json.loads(f.read_text())
+    return out
+
+
+def panel_won(workdir: Path, policy: str, iteration: int, label: str) -> dict[str, bool]:
+    """``{task_id: won}`` of one greedy panel evaluation (its ``tasks.jsonl``, one line per problem);
+    empty when it is not there."""
+    f = workdir / "eval" / policy / f"it{iteration:03d}_{label}" / "tasks.jsonl"
+    if not f.exists():
+        return {}
+    rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    return {str(r["task_id"]): bool(r["won"]) for r in rows}
+
+
+def load_train(workdir: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """``{run name: {iteration: metrics}}`` of every RL run (``rl/*/metrics.jsonl``)."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for f in sorted((workdir / "rl").glob("*/metrics.jsonl")):
+        by_it: dict[int, dict[str, Any]] = {}
+        for line in f.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                by_it.setdefault(int(r["iteration"]), {}).update(r)
+        out[f.parent.name] = by_it
+    return out
+
+
+def finished_seeds(evals, algo: str, seeds: list[int], iterations: int, labels: list[str]) -> list[int]:
+    """The seeds of ``algo`` evaluated at iteration ``iterations`` on every panel ``labels``."""
+    return [s for s in seeds if all((f"{algo}_s{s}", iterations, lab) in evals for lab in labels)]
+
+
+def pick_examples(workdir: Path, algos: list[str], seeds: list[int]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """From the runs' trace files, the latest-iteration trajectory (ties: ``algos`` then ``seeds``
+    order, then file order) that was solved with a tool call (``won`` and ``<tool_call>`` in its
+    response) and the latest failed one: ``{"solved": (run, row), "failed": (run, row)}``, a key
+    missing when no trace holds such a row."""
+    files = []
+    for ai, algo in enumerate(algos):
+        for si, seed in enumerate(seeds):
+            for f in (workdir / "rl" / f"{algo}_s{seed}" / "trace").glob("*.jsonl"):
+                if f.stem.isdigit():
+                    files.append((-int(f.stem), ai, si, f"{algo}_s{seed}", f))
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for *_, run, f in sorted(files):
+        for line in f.read_text().splitlines():
+            r = json.loads(line) if line.strip() else None
+            if r is None:
+                continue
+            if "solved" not in found and r.get("won") and "<tool_call>" in r.get("response", ""):
+                found["solved"] = (run, r)
+            if "failed" not in found and not r.get("won"):
+                found["failed"] = (run, r)
+        if len(found) == 2:
+            break
+    return found
+
+
+# ---------------------------------------------------------------------------- report pieces
+def _fmt(v: Optional[float], digits: int = 3) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def panel_table(evals, args, split: str, finished: dict[str, list[int]]) -> list[str]:
+    """Base, SFT start and each algorithm at each evaluation point on ``split``: greedy accuracy,
+    avg@k, pass@k and the greedy tool-call rate (mean ± std over the seeds evaluated there; at the
+    last iteration the finished seeds)."""
+    k = args.panel_avg_k
+    g = f"{split.replace(':', '-')}_greedy"
+    s = f"{split.replace(':', '-')}_avg{k}"
+    head = "| policy | iteration | greedy accuracy | " + (f"avg@{k} | pass@{k} | " if k else "") + "tool-call rate (greedy) |"
+    lines = [head, "|---|---|---|" + ("---|---|" if k else "") + "---|"]
+
+    def cells(ms_g: list[dict], ms_s: list[dict], single: bool) -> str:
+        def col(ms, key):
+            vals = [m[key] for m in ms if key in m]
+            if single:
+                return _fmt(vals[0]) if vals else "—"
+            return mean_std(vals)
+        out = [col(ms_g, "success_rate")]
+        if k:
+            out += [col(ms_s, f"acc/mean@{k}"), col(ms_s, f"acc/pass@{k}")]
+        return " | ".join(out + [col(ms_g, "tool_call_rate")])
+
+    for policy, name in (("base", "base model"), ("sft", "SFT start")):
+        if (policy, 0, g) in evals:
+            m = evals[(policy, 0, g)]
+            n = int(m.get("num_tasks", 0))
+            rest = cells([m], [evals[(policy, 0, s)]] if (policy, 0, s) in evals else [], True).split(" | ", 1)[1]
+            lines.append(f"| {name} | 0 | {_fmt(m['success_rate'])} ({round(m['success_rate'] * n)}/{n}) | {rest} |")
+    for algo in args.algos:
+        for it in range(args.eval_every, args.iterations + 1, args.eval_every):
+            seeds = finished[algo] if it == args.iterations else args.seeds
+            ms_g = [evals[(f"{algo}_s{x}", it, g)] for x in seeds if (f"{algo}_s{x}", it, g) in evals]
+            ms_s = [evals[(f"{algo}_s{x}", it, s)] for x in seeds if (f"{algo}_s{x}", it, s) in evals]
+            if ms_g:
+                lines.append(f"| {algo} | {it} | " + cells(ms_g, ms_s, False) + " |")
+    return lines
+
+
+def significance(workdir: Path, evals, args, split: str, finished: dict[str, list[int]]) -> list[str]:
+    """Per algorithm at the last iteration (finished seeds): greedy accuracy and avg@k vs the SFT
+    start (exact sign-flip test over seeds) and vs GRPO (exact two-sample permutation test over
+    seeds), and the per-problem paired McNemar test vs the SFT start, pooled over seeds."""
+    g, s = f"{split.replace(':', '-')}_greedy", f"{split.replace(':', '-')}_avg{args.panel_avg_k}"
+    metrics = [("greedy accuracy", g, "success_rate")]
+    if args.panel_avg_k:
+        metrics.append((f"avg@{args.panel_avg_k}", s, f"acc/mean@{args.panel_avg_k}"))
+    last = args.iterations
+    lines = ["| algorithm | metric | seeds above / equal / below the SFT start | mean Δ vs SFT | sign-flip p "
+             "| Δ vs grpo | permutation p vs grpo |", "|---|---|---|---|---|---|---|"]
+    sentences = []
+    for algo in args.algos:
+        for name, label, key in metrics:
+            vals = [evals[(f"{algo}_s{x}", last, label)][key] for x in finished[algo]]
+            if not vals or ("sft", 0, label) not in evals:
+                continue
+            ref = evals[("sft", 0, label)][key]
+            d = [v - ref for v in vals]
+            above, equal = sum(x > _TIE for x in d), sum(abs(x) <= _TIE for x in d)
+            vs = "—", "—"
+            if algo != "grpo" and "grpo" in args.algos and finished.get("grpo"):
+                base = [evals[(f"grpo_s{x}", last, label)][key] for x in finished["grpo"]]
+                vs = f"{statistics.fmean(vals) - statistics.fmean(base):+.3f}", f"{permutation_p(vals, base):.3f}"
+            lines.append(f"| {algo} | {name} | {above} / {equal} / {len(d) - above - equal} | "
+                         f"{statistics.fmean(d):+.3f} | {sign_flip_p(d):.3f} | {vs[0]} | {vs[1]} |")
+            if name == "greedy accuracy":
+                sentences.append(f"{algo} ends above the SFT start's greedy accuracy in {above} of {len(d)} "
+                                 f"finished seeds (mean Δ {statistics.fmean(d):+.3f}).")
+    paired = []
+    sft_won = panel_won(workdir, "sft", 0, g)
+    for algo in args.algos:
+        b = c = 0
+        for x in finished[algo]:
+            won = panel_won(workdir, f"{algo}_s{x}", last, g)
+            b += sum(won[t] and not sft_won[t] for t in won if t in sft_won)
+            c += sum(sft_won[t] and not won[t] for t in won if t in sft_won)
+        if finished[algo] and sft_won:
+            paired.append(f"| {algo} | {len(finished[algo])} | {b} | {c} | {mcnemar_p(b, c):.3f} |")
+    n = len(args.seeds)
+    out = [*sentences, "", *lines, "",
+           f"With {n} seeds the smallest possible sign-flip p is {2 / 2 ** n:.3f} and the smallest two-sample "
+           f"permutation p is {2 / math.comb(2 * n, n):.3f}: across seeds alone, {n} seeds cannot reach p < 0.05.", ""]
+    if paired:
+        out += ["Per problem (greedy, paired with the SFT start's answer to the same problem, pooled over the "
+                "finished seeds; the seeds share the SFT answers, so this overstates the evidence):", "",
+                "| algorithm | seeds | problems only RL solves | problems only SFT solves | exact McNemar p |",
+                "|---|---|---|---|---|", *paired, ""]
+    return out
+
+
+def signal_table(train, algo: str, seeds: list[int], window: int) -> list[str]:
+    """Per block of ``window`` iterations, the mean over seeds of each run's block mean of
+    :data:`SIGNAL_KEYS` (training accuracy ± std over seeds), and SERL's weight statistics over the
+    block's iterations whose teacher scored tokens (W mean, [min, max], mean |Δ| in nats, share at
+    the clip bound)."""
+    runs = {s: train[f"{algo}_s{s}"] for s in seeds if f"{algo}_s{s}" in train}
+    if not runs:
+        return []
+    last = max(max(r) for r in runs.values() if r) if any(runs.values()) else 0
+    head = ("| iterations | seeds | " + " | ".join(h for h, _ in SIGNAL_KEYS)
+            + " | SERL W mean [min, max] | SERL mean abs Δ | SERL W at clip |")
+    lines = [f"**{algo}**", "", head, "|---|---|" + "---|" * (len(SIGNAL_KEYS) + 3)]
+    for start in range(1, last + 1, window):
+        block = range(start, min(last, start + window - 1) + 1)
+        per_seed = {s: [r[i] for i in block if i in r] for s, r in runs.items()}
+        per_seed = {s: rows for s, rows in per_seed.items() if rows}
+        cells = []
+        for j, (_, key) in enumerate(SIGNAL_KEYS):
+            means = [statistics.fmean(x[key] for x in rows if key in x) for rows in per_seed.values()
+                     if any(key in x for x in rows)]
+            if j == 0:
+                cells.append(mean_std(means).rsplit(" (", 1)[0] if means else "—")
+            else:
+                cells.append(_fmt(statistics.fmean(means), 1 if key.startswith("timing") else 3) if means else "—")
+        scored = [x for rows in per_seed.values() for x in rows if x.get("serl_action_mask/empty_target_batch") == 0.0]
+        if scored:
+            sk = {k: [x[f"serl_action_mask/{k}"] for x in scored if f"serl_action_mask/{k}" in x] for k in SERL_KEYS}
+            cells += [f"{_fmt(statistics.fmean(sk['weight_mean']))} [{_fmt(min(sk['weight_min']))}, "
+                      f"{_fmt(max(sk['weight_max']))}] ({len(scored)} it.)",
+                      _fmt(statistics.fmean(sk["delta_abs_mean"]), 4), _fmt(statistics.fmean(sk["clipped_fraction"]))]
+        else:
+            cells += ["—", "—", "—"]
+        lines.append(f"| {block[0]}–{block[-1]} | {len(per_seed)} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def plot_math(train, evals, args, path: Path) -> None:
+    """Left: training accuracy vs iteration per algorithm (each seed's moving average over
+    ``args.smooth_window`` iterations, then mean over seeds, band = min–max over seeds). Right: the
+    first split's panel greedy accuracy (solid) and avg@k (dashed) vs iteration, mean over seeds
+    with min–max bars, iteration 0 = the shared SFT start; the base model a dotted grey line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
+    split = args.splits[0].replace(":", "-")
+    for ci, algo in enumerate(args.algos):
+        color = f"C{ci}"
+        per_seed = {}
+        for s in args.seeds:
+            run = train.get(f"{algo}_s{s}", {})
+            its = sorted(i for i in run if "episode/success_rate" in run[i])
+            if its:
+                per_seed[s] = moving_average([run[i]["episode/success_rate"] for i in its], args.smooth_window)
+        if per_seed:
+            mean, lo, hi, _ = seed_band(per_seed)
+            x = list(range(1, len(mean) + 1))
+            ax.plot(x, mean, color=color, label=f"{algo} ({len(per_seed)} seed{'s' if len(per_seed) != 1 else ''})")
+            ax.fill_between(x, lo, hi, color=color, alpha=0.2)
+        for suffix, style in (("greedy", "-"), (f"avg{args.panel_avg_k}", "--")):
+            label = f"{split}_{suffix}"
+            key = "success_rate" if suffix == "greedy" else f"acc/mean@{args.panel_avg_k}"
+            if suffix != "greedy" and not args.panel_avg_k:
+                continue
+            pts = [(0, [evals[("sft", 0, label)][key]])] if ("sft", 0, label) in evals else []
+            for it in range(args.eval_every, args.iterations + 1, args.eval_every):
+                vals = [evals[(f"{algo}_s{s}", it, label)][key] for s in args.seeds if (f"{algo}_s{s}", it, label) in evals]
+                if vals:
+                    pts.append((it, vals))
+            if len(pts) > (1 if pts and pts[0][0] == 0 else 0):
+                xs = [p[0] for p in pts]
+                mu = [statistics.fmean(p[1]) for p in pts]
+                err = [[m - min(p[1]) for m, p in zip(mu, pts)], [max(p[1]) - m for m, p in zip(mu, pts)]]
+                ax2.errorbar(xs, mu, yerr=err, color=color, linestyle=style, marker="o", capsize=3,
+                             label=f"{algo} {'greedy' if suffix == 'greedy' else f'avg@{args.panel_avg_k}'}")
+    for suffix, style in (("greedy", ":"), (f"avg{args.panel_avg_k}", "-.")):
+        if ("base", 0, f"{split}_{suffix}") in evals:
+            m = evals[("base", 0, f"{split}_{suffix}")]
+            ax2.axhline(m["success_rate"] if suffix == "greedy" else m.get(f"acc/mean@{args.panel_avg_k}", 0.0),
+                        color="grey", linestyle=style, label=f"base {suffix}")
+    ax.set_xlabel("RL iteration")
+    ax.set_ylabel(f"training accuracy (moving average, {args.smooth_window} it.)")
+    ax.set_title("training accuracy on each iteration's new problems")
+    ax2.set_xlabel("RL iteration (0 = SFT start)")
+    ax2.set_ylabel("panel accuracy")
+    ax2.set_title(f"panel: first {args.panel_size} of {args.splits[0]}")
+    for a in (ax, ax2):
+        a.grid(alpha=0.3)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def _example(title: str, found: dict, key: str) -> list[str]:
+    if key not in found:
+        return [f"**{title}**: none in the traces yet.", ""]
+    run, r = found[key]
+    text = r.get("response", "")
+    text = text if len(text) <= 3000 else text[:3000] + " …"
+    return [f"**{title}** — `{run}`, iteration {r.get('iteration')}, problem `{r.get('task_id')}`, reward "
+            f"{r.get('episode_reward')}, advantage {r.get('advantage', 0.0):.3f}:", "",
+            "> " + str(r.get("task_text", "")).replace("\n", " "), "", "~~~~text", text.replace("~~~~", "~ ~ ~ ~"),
+            "~~~~", ""]
+
+
+def _jsonl_len(path: Path) -> int:
+    return sum(1 for x in path.read_text().splitlines() if x.strip()) if path.exists() else 0
+
+
+def settings_lines(workdir: Path, args: argparse.Namespace) -> list[str]:
+    """The RL start (expert rows and SFT, or ``--sft-model``), the algorithms and the panel."""
+    start = json.loads((workdir / "start.json").read_text()) if (workdir / "start.json").exists() else None
+    if start and start["source"] == "--sft-model":
+        first = f"RL starts from an existing SFT model (`--sft-model`): `{start['model']}`."
+    else:
+        sft = [json.loads(x) for x in (workdir / "sft" / "metrics.jsonl").read_text().splitlines() if x.strip()] \
+            if (workdir / "sft" / "metrics.jsonl").exists() else []
+        loss = [x["sft/loss"] for x in sft if "sft/loss" in x]
+        first = (f"Cold start: {_jsonl_len(workdir / 'expert.jsonl')} expert rows (the first of the "
+                 f"{_jsonl_len(workdir / 'expert_pool.jsonl')} that `serl data expert math` kept of "
+                 f"{'all' if args.expert_tasks < 0 else args.expert_tasks} GSM8K train problems drawn with seed "
+                 f"{args.expert_seed}), `serl sft` with model.lora.r={args.lora_r} "
+                 f"{' '.join(args.sft_defaults + args.sft_override)}"
+                 + (f": {len(loss)} optimizer steps, loss {loss[0]:.3f} → {loss[-1]:.3f}." if loss else "."))
+    table = algos_for("math")
+    algos = "; ".join(f"`{a}`: " + " ".join(table[a]) for a in args.algos)
+    return [first, "",
+            f"RL: recipe `{args.recipe}`, {args.iterations} iterations per run, seeds {args.seeds}, panel evaluation "
+            f"every {args.eval_every}; " + (f"train overrides {' '.join(args.train_override)}; " if args.train_override else "")
+            + f"algorithms {algos}.", "",
+            f"Panel: the first {args.panel_size} problems of {', '.join(args.splits)}, greedy"
+            + (f" and {args.panel_avg_k} sampled answers per problem (avg@{args.panel_avg_k}, seed {args.eval_seed})"
+               if args.panel_avg_k else "") + ".", ""]
+
+
+def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str, float], cpu: str) -> Path:
+    """Write the math report (``args.report_md`` or ``<workdir>/LEARNING_math.md``) and its plot
+    (``args.report_png`` or ``<workdir>/learning_math.png``) from the files of ``workdir``; returns
+    the Markdown path."""
+    import torch
+
+    from serl.models.loading import pick_dtype
+
+    evals, train = load_panel(workdir), load_train(workdir)
+    labels = [lab for lab, _, _ in panel_labels(args)]
+    finished = {a: finished_seeds(evals, a, args.seeds, args.iterations, labels) for a in args.algos}
+    out = Path(args.report_md).resolve() if args.report_md else workdir / "LEARNING_math.md"
+    png = Path(args.report_png).resolve() if args.report_png else workdir / "learning_math.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    plot_math(train, evals, args, png)
+    status = []
+    for a in args.algos:
+        partial = [f"{a}_s{s} ({max(train[f'{a}_s{s}'], default=0)} it.)" for s in args.seeds
+                   if s not in finished[a] and f"{a}_s{s}" in train]
+        status.append(f"{a}: seeds {finished[a] or 'none'} finished"
+                      + (f"; in progress {', '.join(partial)}" if partial else ""))
+    complete = all(len(finished[a]) == len(args.seeds) for a in args.algos)
+    ids = list(panel_won(workdir, "sft", 0, f"{args.splits[0].replace(':', '-')}_greedy"))  # panel order
+    md = ["# Learning experiment: math (GSM8K with a code interpreter)", "",
+          "Command: `python benchmarks/learning.py " + " ".join(sys.argv[1:]) + "`", "",
+          f"Machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__}, dtype "
+          f"{pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU).", "",
+          *settings_lines(workdir, args),
+          ("Status: complete." if complete else "Status: **partial** — the end-of-run rows and the tests use the "
+           "finished seeds only.") + " " + "; ".join(status) + ".", "",
+          *(["## Findings", "", (workdir / "NOTES.md").read_text().strip(), ""] if (workdir / "NOTES.md").exists() else []),
+          "## Wall time per phase", "", "| phase | minutes |", "|---|---|",
+          *[f"| {k} | {v / 60:.1f} |" for k, v in phases.items()], ""]
+    for split in args.splits:
+        md += [f"## Panel: {split} (mean ± std over seeds)", "", *panel_table(evals, args, split, finished), "",
+               f"### Significance at iteration {args.iterations}", "", *significance(workdir, evals, args, split, finished)]
+    md += [f"![training accuracy and panel accuracy vs iteration]({os.path.relpath(png, out.parent)})", "",
+           f"Left: training accuracy on each iteration's new GSM8K train problems, each seed's moving average "
+           f"over {args.smooth_window} iterations, then the mean over seeds; band: min–max over seeds. Right: "
+           f"panel accuracy, mean over seeds with min–max bars; iteration 0 is the shared SFT start.", "",
+           f"## Learning signal per {args.smooth_window} iterations (mean over seeds)", "",
+           "Train accuracy: `episode/success_rate` (all groups); tool-call rate: `tool/trajectory_with_call_fraction`; "
+           "groups with A ≠ 0: `critic/advantages/nonzero_group_fraction` (over the groups the std filter kept; with "
+           "SPEAR's tool bonus a group of all-wrong answers can carry an advantage); SERL: `serl_action_mask/*` over "
+           "the iterations whose teacher scored tokens.", ""]
+    for a in args.algos:
+        md += signal_table(train, a, args.seeds, args.smooth_window)
+    found = pick_examples(workdir, args.algos, args.seeds)
+    md += ["## Example trajectories (from the runs' traces)", "",
+           *_example("Solved with a tool call", found, "solved"), *_example("Failed", found, "failed"),
+           "## Panel ids", "", f"{args.splits[0]}: " + (", ".join(f"`{i}`" for i in ids) if ids else "not evaluated yet"), ""]
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text("\n".join(md))
+    os.replace(tmp, out)
+    print(f"learning: wrote {out} and {png}")
+    return out
+
+
+if __name__ == "__main__":
+    from learning_options import parse_args
+
+    from serl.utils import cpu_model
+
+    a = parse_args(sys.argv[1:])
+    w = Path(a.workdir).resolve()
+    write_math_report(w, a, json.loads((w / "phases.json").read_text()) if (w / "phases.json").exists() else {}, cpu_model())
