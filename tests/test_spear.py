@@ -14,6 +14,7 @@ from serl.algos.spear import (
     recalibrate_advantages,
     replay_coef,
     toolcall_bonus,
+    toolcall_bonus_qwen3,
 )
 from serl.configure import load_config
 from serl.errors import ConfigError
@@ -53,6 +54,67 @@ def test_toolcall_bonus_modes():
     with pytest.raises(ValueError):
         toolcall_bonus(1, 0, "cosine", 0)
 
+
+
+def test_toolcall_bonus_qwen3_by_hand():
+    """SPEAR's Qwen3 reward (reward.py ``…posneg_decay_qwen3``): wrong answers (score <= 0) get the
+    Qwen2.5 bonus min(1, 0.1·k)·ratio, correct ones 1[k > 0]·ratio."""
+    b = toolcall_bonus_qwen3
+    # step 0 of the cosine schedule: ratio (1 + cos 0)/2 = 1
+    assert b(0, 1.0, 0, "cosine", 200) == 0.0  # correct without a tool call: nothing
+    assert b(0, -1.0, 0, "cosine", 200) == 0.0  # wrong without a tool call: 0.1·0
+    assert b(1, 1.0, 0, "cosine", 200) == 1.0  # correct with one call: the full ratio
+    assert b(3, 1.0, 0, "cosine", 200) == 1.0  # ... not 0.1 per call
+    assert b(3, -1.0, 0, "cosine", 200) == pytest.approx(0.3)  # wrong: 0.1·3
+    assert b(15, -1.0, 0, "cosine", 200) == 1.0  # wrong: saturates at 10 calls
+    assert b(4, 0.0, 0, "cosine", 200) == pytest.approx(0.4)  # score 0 counts as wrong (<= 0)
+    assert b(4, 10.0, 0, "cosine", 200) == 1.0  # an ALFWorld win (10) counts as correct
+    # decay: t = 100 of T = 200 -> ratio (1 + cos(π/2))/2 = 0.5; t = 50 -> (1 + √2/2)/2 = 0.853553...
+    assert b(3, 1.0, 100, "cosine", 200) == pytest.approx(0.5)
+    assert b(3, -1.0, 100, "cosine", 200) == pytest.approx(0.15)
+    assert b(2, 1.0, 50, "cosine", 200) == pytest.approx(0.8535533906)
+    assert b(2, 1.0, 200, "cosine", 200) == pytest.approx(0.0, abs=1e-12)
+    assert b(2, 1.0, 201, "cosine", 200) == 0.0 and b(2, -1.0, 201, "cosine", 200) == 0.0
+    # constant schedule: ratio 1 at any step; none: 0
+    assert b(2, 1.0, 999, "constant", 200) == 1.0
+    assert b(2, -1.0, 999, "constant", 200) == pytest.approx(0.2)
+    assert b(2, 1.0, 5, "none", 200) == 0.0
+    for bad in [(-1, 1.0, 0, "cosine", 200), (1, float("nan"), 0, "cosine", 200), (1, 1.0, -1, "cosine", 200),
+                (1, 1.0, 0, "cosine", 0), (1, 1.0, 0, "cosine_qwen3", 200)]:
+        with pytest.raises(ValueError):
+            b(*bad)
+
+
+def test_toolcall_bonus_modes_qwen3_read_the_outcome():
+    # algorithm.use_toolcall_reward=<schedule>_qwen3 -> toolcall_bonus_qwen3 with that schedule
+    assert toolcall_bonus(3, 100, "cosine_qwen3", 200, outcome_score=1.0) == pytest.approx(0.5)
+    assert toolcall_bonus(3, 100, "cosine_qwen3", 200, outcome_score=-1.0) == pytest.approx(0.15)
+    assert toolcall_bonus(0, 0, "constant_qwen3", 200, outcome_score=1.0) == 0.0
+    assert toolcall_bonus(1, 7, "constant_qwen3", 200, outcome_score=1.0) == 1.0
+    # the Qwen2.5 modes ignore the outcome
+    assert toolcall_bonus(3, 100, "cosine", 200, outcome_score=1.0) == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="needs the episode's outcome score"):
+        toolcall_bonus(3, 100, "cosine_qwen3", 200)
+
+
+def test_step_table_adds_the_qwen3_bonus_by_outcome():
+    from serl.envs.base import Task
+    from serl.train.rows import step_table
+    from serl.trajectory import Group, Step, Trajectory
+
+    def traj(name, reward, calls):
+        s = Step(step_id=0, observation="q", prompt="q", prompt_ids=[1], response_ids=[2], response_text="a",
+                 action_mask=[1], action="a", action_valid=True, reward=reward, done=True)
+        return Trajectory(uid="g", traj_uid=name, task=Task("math", "t", "gsm8k"), steps=[s], extra={"tool_calls": calls})
+
+    g = Group(uid="g", task=Task("math", "t", "gsm8k"),
+              trajectories=[traj("a", 1.0, 2), traj("b", -1.0, 2), traj("c", 1.0, 0)])
+    cfg = load_config(None, ["algorithm.use_toolcall_reward=cosine_qwen3", "algorithm.max_toolcall_steps=200"])
+    t = step_table([g], 100, cfg)  # ratio 0.5
+    assert t.bonus.tolist() == pytest.approx([0.5, 0.1, 0.0])
+    assert t.score_raw.tolist() == pytest.approx([1.5, -0.9, 1.0])
+    cfg = load_config(None, ["algorithm.use_toolcall_reward=cosine", "algorithm.max_toolcall_steps=200"])
+    assert step_table([g], 100, cfg).bonus.tolist() == pytest.approx([0.1, 0.1, 0.0])
 
 def test_replay_coef_cosine_warmup():
     assert replay_coef(0, 1.0, 200) == 0.0
@@ -290,8 +352,11 @@ def test_from_config_and_validation():
     ])
     buf = ReplayBuffer.from_config(cfg)
     assert buf.p50_mode and buf.tolerate_steps == 5 and not buf.norm_adv_by_std and buf.score_threshold == 0.0
-    with pytest.raises(ConfigError, match="algorithm.use_toolcall_reward"):
+    with pytest.raises(ConfigError, match="algorithm.use_toolcall_reward: unknown mode 'linear'; valid: "
+                                          r"\['none', 'constant', 'cosine', 'constant_qwen3', 'cosine_qwen3'\]"):
         load_config(None, ["algorithm.use_toolcall_reward=linear"])
+    assert load_config(None, ["algorithm.use_toolcall_reward=cosine_qwen3"]).algorithm.use_toolcall_reward == \
+        "cosine_qwen3"
     with pytest.raises(ConfigError, match="trajectory_staleness_reference"):
         load_config(None, ["algorithm.spear.trajectory_staleness_reference=oldest"])
     with pytest.raises(ConfigError, match="rollout.rollout_filter_ratio"):

@@ -1,4 +1,5 @@
-"""SPEAR: self-imitation replay buffer, advantage recalibration, schedules, tool-call reward.
+"""SPEAR: self-imitation replay buffer, advantage recalibration, schedules; the tool-call reward
+(:mod:`serl.algos.tool_bonus`, re-exported here).
 
 Paper: "Learn the Ropes, Then Trust the Wins" (arXiv 2509.22601).
 Code: ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/`` (replay buffer and recalibration: verl/trainer/ppo/ray_trainer_hybrid.py; replay loss:
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import torch
 
 from serl.algos.filters import group_reward_stats, largest_power_of_two_le
+from serl.algos.tool_bonus import TOOLCALL_MODES, toolcall_bonus, toolcall_bonus_qwen3
 from serl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -31,11 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ReplayBuffer", "ReplayRow", "check_config", "group_reward_stats", "percentile", "recalibrate_advantages",
-    "replay_coef", "toolcall_bonus",
+    "replay_coef", "toolcall_bonus", "toolcall_bonus_qwen3",
 ]
 
-#: ``algorithm.use_toolcall_reward`` values (:func:`toolcall_bonus`)
-TOOLCALL_MODES = ("none", "constant", "cosine")
 #: ``algorithm.spear.trajectory_staleness_reference`` values (:class:`ReplayBuffer`)
 STALENESS_REFERENCES = ("newest_entry", "current_step")
 
@@ -58,55 +58,8 @@ def check_config(alg: "AlgorithmConfig") -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Schedules (replay coefficient γ_t, tool-call reward)
+# Schedules (replay coefficient γ_t; the tool-call reward is :mod:`serl.algos.tool_bonus`)
 # --------------------------------------------------------------------------------------------
-
-
-def toolcall_bonus(num_tool_calls: int, global_step: int, mode: str, max_toolcall_steps: int) -> float:
-    """Intrinsic tool-call reward of one trajectory (``algorithm.use_toolcall_reward``;
-    ``TencentYoutuResearch/SPEAR@7e84315:verl-agent/agent_system/reward_manager/episode.py``).
-
-    ``bonus_raw = min(1, 0.1 · k)``, ``k`` the trajectory's tool calls (it saturates at 10), then
-
-    - ``none``: 0;
-    - ``constant``: ``bonus_raw``;
-    - ``cosine``: ``bonus_raw · (1 + cos(π·t/T))/2`` for ``t <= T``, 0 for ``t > T``
-      (``t`` = global step, ``T`` = ``algorithm.max_toolcall_steps``).
-
-    The trainer adds it to the episode reward of *every* step row of the trajectory (so it
-    enters the GRPO/GiGPO episode advantage, the std filter and the replay rewards), never to
-    GiGPO's step returns. It is added to correct and wrong answers alike (SPEAR's math reward
-    ``…posneg_decay``, ``TencentYoutuResearch/SPEAR@7e84315:verl/recipe/spear/reward.py``).
-
-    Args:
-        num_tool_calls: ``k`` >= 0: in ALFWorld and WebShop every env step (SPEAR's verl-agent
-            counts each env interaction as one call); in math the tool-calling assistant turns
-            whose call parsed (:attr:`serl.trajectory.Trajectory.num_tool_calls`).
-        global_step: ``t`` >= 0.
-        mode: ``none`` | ``constant`` | ``cosine``.
-        max_toolcall_steps: ``T`` > 0 (only read by ``cosine``).
-
-    Returns:
-        The bonus in reward units, in [0, 1].
-
-    Raises:
-        ValueError: unknown mode, negative ``global_step`` / ``num_tool_calls``, or ``T <= 0``
-            with ``cosine``.
-    """
-    if mode not in TOOLCALL_MODES:
-        raise ValueError(f"algorithm.use_toolcall_reward: unknown mode {mode!r}; valid: {list(TOOLCALL_MODES)}")
-    if num_tool_calls < 0 or global_step < 0:
-        raise ValueError(f"num_tool_calls and global_step must be >= 0, got {num_tool_calls}, {global_step}")
-    if mode == "none":
-        return 0.0
-    raw = min(1.0, 0.1 * num_tool_calls)
-    if mode == "constant":
-        return raw
-    if max_toolcall_steps <= 0:
-        raise ValueError(f"algorithm.max_toolcall_steps must be > 0 for cosine, got {max_toolcall_steps}")
-    if global_step > max_toolcall_steps:
-        return 0.0
-    return max(0.0, raw * (1.0 + math.cos(math.pi * global_step / max_toolcall_steps)) / 2.0)
 
 
 def replay_coef(global_step: int, replay_loss_coef: float, max_replay_loss_steps: int) -> float:

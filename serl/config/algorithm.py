@@ -338,7 +338,8 @@ class AlgorithmConfig:
     #: discount γ of GiGPO's step returns (arXiv 2505.10978; GiGPO recipes 0.95)
     gamma: float = 1.0
     gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
-    #: SPEAR intrinsic tool-call reward (arXiv 2509.22601): none | constant | cosine
+    #: SPEAR intrinsic tool-call reward (arXiv 2509.22601): none | constant | cosine, or SPEAR's
+    #: Qwen3 reward constant_qwen3 | cosine_qwen3 (a correct answer with a tool call gets the full ratio)
     use_toolcall_reward: str = "none"
     #: T_tool: the cosine bonus decays to 0 over this many global steps (yaml 100, SPEAR 200)
     max_toolcall_steps: int = 100

@@ -28,7 +28,7 @@ def step_table(groups: list[Group], step: int, cfg: Config) -> StepTable:
 
     * ``score_raw`` = episode reward + ``toolcall_bonus(k, step)`` of the row's trajectory, ``k`` =
       :attr:`~serl.trajectory.Trajectory.num_tool_calls` (SPEAR, arXiv 2509.22601; 0 with
-      ``algorithm.use_toolcall_reward=none``);
+      ``algorithm.use_toolcall_reward=none``; the ``*_qwen3`` modes also read the episode reward);
     * ``penalty`` = ``actor.invalid_action_penalty_coef`` on a malformed action (as verl-agent);
     * ``step_returns`` = GiGPO's discounted ``R_t`` with ``algorithm.gamma`` from the raw env
       rewards — here, before the std filter can drop a trajectory's rewarded last step
@@ -46,7 +46,7 @@ def step_table(groups: list[Group], step: int, cfg: Config) -> StepTable:
     for g, t, s in iter_steps(groups):
         if t.traj_uid not in bonus_of:
             bonus_of[t.traj_uid] = toolcall_bonus(t.num_tool_calls, step, alg.use_toolcall_reward,
-                                                  alg.max_toolcall_steps)
+                                                  alg.max_toolcall_steps, outcome_score=t.episode_reward)
         rows.append(s)
         uids.append(g.uid)
         traj_uids.append(t.traj_uid)
