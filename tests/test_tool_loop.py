@@ -111,6 +111,65 @@ def test_a_budget_cuts_the_turn_at_the_response_length(pool, tokenizer):
     assert s.info["stop_reason"] == "budget" and len(s.response_ids) == 50 and sum(s.loss_mask) == 50
 
 
+# GSM8K train rows 0 and 2: their rendered prompts (system block, tools, user turn, header) are
+# 262 and 284 tokens with the test tokenizer (checked in the test)
+SHORT, LONG = TASK, Task(env_name="math", task_id="gsm8k-train-00002", task_type="gsm8k")
+
+
+class WithLogProbs(ScriptedMathEngine):
+    """The scripted engine, reporting -0.5 per sampled token (as vLLM reports log-probs)."""
+
+    def generate_with_log_probs(self, prompts, params):
+        outs = self.generate(prompts, params)
+        return outs, [[-0.5] * len(o) for o in outs]
+
+
+def test_overlong_prompt_gets_the_budget_less_its_overflow_and_the_others_are_unchanged(pool, tokenizer):
+    """max_prompt_length 272: the 284-token prompt is 12 over, so its episode stops at 50 - 12 = 38
+    response tokens (284 + 38 = 272 + 50, the vLLM engine's max_model_len); the 262-token one keeps
+    its 50, its row identical to a run where no prompt is over."""
+    def play(max_prompt_length, script, response_length=50):
+        loop = ToolAgentLoop(pool, WithLogProbs(tokenizer, script), tokenizer, max_turns=4,
+                             response_length=response_length,
+                             max_prompt_length=max_prompt_length)
+        rows = [g.trajectories[0].steps[0] for g in loop.collect([SHORT, LONG], 1, PARAMS)]
+        return loop, rows
+
+    loop, (short, long_) = play(272, ["word " * 200 + "..."])
+    assert [len(short.prompt_ids), len(long_.prompt_ids)] == [262, 284]
+    assert len(short.response_ids) == 50 and len(long_.response_ids) == 38
+    assert len(long_.rollout_log_probs) == 38 and sum(long_.loss_mask) == 38
+    assert [s.info["stop_reason"] for s in (short, long_)] == ["budget", "budget"]
+    assert loop.last_metrics["rollout/prompt_over_limit_fraction"] == 0.5
+    _, (short_ref, long_ref) = play(2048, ["word " * 200 + "..."])
+    assert len(long_ref.response_ids) == 50
+    for a, b in ((short, short_ref), (long_, long_ref)):
+        assert a.prompt_ids == b.prompt_ids
+    assert (short.response_ids, short.loss_mask, short.rollout_log_probs) == \
+        (short_ref.response_ids, short_ref.loss_mask, short_ref.rollout_log_probs)
+    assert long_.response_ids == long_ref.response_ids[:38]
+    # rule (f) against the reduced budget, response_length 73: call turn 40 tokens (with <|im_end|>),
+    # tool turn 24, answer turn 8. The short episode: 40 + 24 < 73, then 72 < 73 -> "answer"; the
+    # long one's budget is 73 - 12 = 61 <= 40 + 24, so its tool turn is not appended
+    script = [call("print(72)"), "\\boxed{72}"]
+    _, (short, long_) = play(272, script, response_length=73)
+    assert len(tokenizer(script[0], add_special_tokens=False).input_ids) + 1 == 40
+    assert short.info["stop_reason"] == "answer" and short.reward == 1.0 and len(short.response_ids) == 72
+    assert long_.info["stop_reason"] == "observation_overflow" and len(long_.response_ids) == 40
+    assert long_.info["tool_status"] == ["ok"] and long_.loss_mask == [1] * 40
+
+
+def test_prompt_with_no_room_for_a_response_is_an_error(pool, tokenizer):
+    # 284 >= 234 + 50: no token fits; 235 + 50 leaves one
+    loop = ToolAgentLoop(pool, ScriptedMathEngine(tokenizer, ["x"]), tokenizer, max_turns=2, response_length=50,
+                         max_prompt_length=234)
+    with pytest.raises(ValueError, match=r"gsm8k-train-00002.* has 284 tokens, .*no room.* = 234 \+ 50"):
+        loop.collect([SHORT, LONG], 1, PARAMS)
+    loop.max_prompt_length = 235
+    rows = [g.trajectories[0].steps[0] for g in loop.collect([SHORT, LONG], 1, PARAMS)]
+    assert len(rows[1].response_ids) == 1 and rows[1].info["stop_reason"] == "budget"
+
+
 def test_max_turn_tokens_caps_each_turn(pool, tokenizer):
     eng_script = ["word " * 100 + "..."]
     loop = ToolAgentLoop(pool, ScriptedMathEngine(tokenizer, eng_script), tokenizer, max_turns=4,
@@ -154,11 +213,6 @@ def test_hostile_code_is_a_tool_message_and_the_episode_goes_on(pool, tokenizer)
 
 
 def test_engine_log_probs_are_kept_on_sampled_tokens_and_zero_on_tool_tokens(pool, tokenizer):
-    class WithLogProbs(ScriptedMathEngine):
-        def generate_with_log_probs(self, prompts, params):
-            outs = self.generate(prompts, params)
-            return outs, [[-0.5] * len(o) for o in outs]
-
     loop = ToolAgentLoop(pool, WithLogProbs(tokenizer, [call("print(72)"), "\\boxed{72}"]), tokenizer,
                          max_turns=4, response_length=256)
     s = loop.collect([TASK], 2, PARAMS)[0].trajectories[0].steps[0]

