@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from serl.configure import load_config
@@ -217,7 +219,9 @@ def test_config_from_yaml_validates_too():
     text = to_yaml(load_config())
     assert config_from_yaml(text).actor.lr == load_config().actor.lr
     with pytest.raises(ConfigError, match=r"^actor\.lr:"):
-        config_from_yaml(text.replace("  lr: 1.0e-06", "  lr: .inf"))
+        bad = re.sub(r"(?m)^(actor:\n(?:  .*\n)*?  lr: ).*$", r"\1.inf", text, count=1)  # actor.lr, not sft.lr
+        assert bad != text
+        config_from_yaml(bad)
 
 
 # ---- env.name against the registry ------------------------------------------------------------

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _overrides(model_dir, out, **extra):
     return [
-        f"model.path={model_dir}", "env.max_steps=2", "env.rollout.n=2", "env.num_workers=1",
+        f"model.path={model_dir}", "model.lora.r=0", "env.max_steps=2", "env.rollout.n=2", "env.num_workers=1",
         "data.train_batch_size=2", "data.max_response_length=12", "actor.lr=1e-3",
         "actor.ppo_mini_batch_size=6", "actor.ppo_micro_batch_size=2", "actor.entropy_coeff=0.01",
         "algorithm.serl.enable=false", "trainer.total_training_steps=1", f"trainer.output_dir={out}",

@@ -29,6 +29,7 @@ WIN_TEXT = "<action>look</action>"  # 7 tokens: under the 12-token cap, complete
 def _cfg(recipe, model_dir, out, run="run", **extra):
     overrides = [
         f"model.path={model_dir}",
+        "model.lora.r=0",  # full fine-tuning, as every recipe but cpu (LoRA since issue 26)
         "env.max_steps=2",
         "env.rollout.n=2",
         "env.num_workers=2",

@@ -512,7 +512,11 @@ def test_charts_of_a_run_in_chromium(run_dir, chromium, tmp_path):
                   for title, key in (("Success rate", "episode/success_rate"), ("SERL λ and weights W", "serl_action_mask/weight_mean"))
                   for j, it in enumerate((1, 2))]
         for title, key, series, j, _ in points:  # before any hover (which fades the series it is not near)
-            # the curve is drawn: pixels of the series' colour (its legend marker's) at the point
+            # the curve is drawn: pixels of the series' colour (its legend marker's) at the point, with
+            # the panel's other series hidden (near-equal values, as W's mean/min/max, draw over it)
+            show = """(function (only) {{ var u = {chart}.plot;
+              for (var i = 1; i < u.series.length; i++) u.setSeries(i, {{show: only < 0 || i === only}}); }})"""
+            b.js(show.format(chart=_CHART.format(title=json.dumps(title))) + f"({series})")  # uPlot redraws after this call
             drawn = b.js(f"""(function () {{ var u = {_CHART.format(title=json.dumps(title))}.plot;
               var c = getComputedStyle(u.root.querySelectorAll(".u-legend .u-marker")[{series}]).borderTopColor.match(/\\d+/g).map(Number);
               var x = Math.round(u.valToPos(u.data[0][{j}], "x", true)), y = Math.round(u.valToPos(u.data[{series}][{j}], "y", true));
@@ -520,6 +524,7 @@ def test_charts_of_a_run_in_chromium(run_dir, chromium, tmp_path):
               for (var k = 0; k < d.length; k += 4)
                 if (d[k + 3] > 200 && Math.abs(d[k] - c[0]) + Math.abs(d[k + 1] - c[1]) + Math.abs(d[k + 2] - c[2]) < 60) n++;
               return n; }})()""")
+            b.js(show.format(chart=_CHART.format(title=json.dumps(title))) + "(-1)")
             assert drawn > 0, (title, key, j)
         for title, key, series, j, it in points:
             idx, legend = _hover(b, title, series, j)

@@ -36,7 +36,7 @@ def rows_file(tmp_path):
 def _cfg(model_dir, out, data, *extra):
     cfg = load_config("cpu", [f"model.path={model_dir}", f"trainer.output_dir={out}", "trainer.run_name=run",
                               "trainer.progress=false", "trainer.logger=[jsonl]", "model.gradient_checkpointing=false",
-                              *extra])
+                              "model.lora.r=0", *extra])  # full fine-tuning unless a test asks for LoRA
     cfg.sft.data = str(data)
     return cfg
 

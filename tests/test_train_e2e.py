@@ -15,6 +15,7 @@ from serl.train.trainer import Trainer
 def _cfg(model_dir, out, **extra):
     overrides = [
         f"model.path={model_dir}",
+        "model.lora.r=0",  # full fine-tuning (tests/test_lora_train.py covers the cpu recipe's LoRA)
         "env.max_steps=2",
         "env.rollout.n=2",
         "env.num_workers=2",
