@@ -187,12 +187,12 @@ class Experiment:
         f.write_text(json.dumps(rec, indent=2) + "\n")
         return model
 
-    def panels(self) -> list[tuple[str, str, list[str], list[str]]]:
-        """The panel evaluations of one policy (:func:`learning_options.panel_labels`) as
-        ``(folder label, split, overrides, flags)``: math's greedy one runs ``--greedy``, its avg@k
+    def panels(self, iteration: int | None = None) -> list[tuple[str, str, list[str], list[str]]]:
+        """The panel evaluations of one policy at ``iteration`` (:func:`learning_options.panel_labels`)
+        as ``(folder label, split, overrides, flags)``: math's greedy one runs ``--greedy``, its avg@k
         one ``rollout.val_n=k``."""
         out = []
-        for label, split, mode in panel_labels(self.a):
+        for label, split, mode in panel_labels(self.a, iteration):
             if mode == "greedy":
                 out.append((label, split, [], ["--greedy"]))
             elif mode.startswith("avg"):
@@ -204,7 +204,7 @@ class Experiment:
     def evaluate(self, name: str, iteration: int, source: list[str]) -> None:
         """Panel evaluation of one policy at one iteration, on every panel (skipped if done)."""
         n = self.a.panel_per_type * self.num_types() if self.a.env == "alfworld" else self.a.panel_size
-        for label, split, extra, flags in self.panels():
+        for label, split, extra, flags in self.panels(iteration):
             out = self.w / "eval" / name / f"it{iteration:03d}_{label}"
             if (out / "metrics.json").exists():
                 continue
@@ -233,7 +233,7 @@ class Experiment:
         """Train ``<algo>_s<seed>`` up to iteration ``target`` (resuming it), then evaluate it."""
         name = f"{algo}_s{seed}"
         run = self.w / "rl" / name
-        last = self.panels()[-1][0]
+        last = self.panels(target)[-1][0]
         if not (self.w / "eval" / name / f"it{target:03d}_{last}" / "metrics.json").exists():
             steps = f"trainer.total_training_steps={target}"
             if (run / "checkpoints").exists():

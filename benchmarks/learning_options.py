@@ -66,18 +66,21 @@ def algos_for(env: str) -> dict[str, list[str]]:
     return MATH_ALGOS if env == "math" else ALGOS
 
 
-def panel_labels(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+def panel_labels(args: argparse.Namespace, iteration: int | None = None) -> list[tuple[str, str, str]]:
     """The panel evaluations of one policy: ``(folder label, split, mode)``. ALFWorld / WebShop:
     one sampled evaluation per split, labelled by the split (mode ``sampled``); math: per split a
     greedy one (``<split>_greedy``, ``:`` written ``-``; mode ``greedy``) and, with
     ``--panel-avg-k k`` > 0, one with k sampled answers per problem (``<split>_avg<k>``; mode
-    ``avg<k>``). The folder of a policy's evaluation at iteration i is ``eval/<policy>/it<iii>_<label>``."""
+    ``avg<k>``) — at every evaluation point, or with ``--panel-avg-at ends`` only at ``iteration``
+    0 (base, SFT start) and ``--iterations`` (each run's end); ``iteration=None`` lists every label.
+    The folder of a policy's evaluation at iteration i is ``eval/<policy>/it<iii>_<label>``."""
     if args.env != "math":
         return [(s, s, "sampled") for s in args.splits]
     out = []
+    ends = iteration is None or args.panel_avg_at == "every" or iteration in (0, args.iterations)
     for s in args.splits:
         out.append((f"{s.replace(':', '-')}_greedy", s, "greedy"))
-        if args.panel_avg_k:
+        if args.panel_avg_k and ends:
             out.append((f"{s.replace(':', '-')}_avg{args.panel_avg_k}", s, f"avg{args.panel_avg_k}"))
     return out
 
@@ -118,6 +121,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--panel-avg-k", type=int, default=4,
                    help="math: also evaluate the panel with k sampled answers per problem (rollout.val_n=k; "
                         "avg@k and pass@k); 0 = greedy only")
+    p.add_argument("--panel-avg-at", choices=["every", "ends"], default="ends",
+                   help="math: the avg@k panel at every evaluation point, or only at the start (base, SFT) "
+                        "and at each run's last iteration (default; greedy stays at every point)")
     p.add_argument("--base-eval", action=argparse.BooleanOptionalAction, default=None,
                    help="also evaluate the recipe's base model on the panel (default: on for math)")
     p.add_argument("--splits", nargs="+", help="panel splits; default valid_seen valid_unseen (alfworld), test "

@@ -112,6 +112,19 @@ def test_math_options_defaults_and_errors():
             parse_args(bad)
 
 
+def test_math_panel_avg_only_at_the_ends_by_default():
+    """avg@k runs at iteration 0 and the last iteration (--panel-avg-at ends), greedy everywhere."""
+    from learning_options import panel_labels
+
+    a = parse_args(["--env", "math", "--iterations", "20", "--eval-every", "10"])
+    assert a.panel_avg_at == "ends"
+    both = [("gsm8k-test_greedy", "gsm8k:test", "greedy"), ("gsm8k-test_avg4", "gsm8k:test", "avg4")]
+    assert panel_labels(a, 0) == both and panel_labels(a, 20) == both and panel_labels(a) == both
+    assert panel_labels(a, 10) == both[:1]
+    e = parse_args(["--env", "math", "--iterations", "20", "--eval-every", "10", "--panel-avg-at", "every"])
+    assert panel_labels(e, 10) == both
+
+
 def test_math_algorithms_load_as_configs():
     """Each math algorithm's overrides give a config serl accepts, with the switches said."""
     from serl.configure import check_config, load_config
@@ -190,14 +203,12 @@ def test_math_phase_command_lines_resume_and_skip(tmp_path, monkeypatch):
          "trainer.run_name=grpo_s0", "trainer.total_training_steps=2", "trainer.max_checkpoints_to_keep=1",
          "trainer.overwrite=true"],
         ["eval", "--run", str(work / "rl" / "grpo_s0"), *panel, "--greedy", "--seed", "1000", "--out",
-         ev("grpo_s0", 2, "greedy")],
-        ["eval", "--run", str(work / "rl" / "grpo_s0"), "rollout.val_n=4", *panel, "--seed", "1000", "--out",
-         ev("grpo_s0", 2, "avg4")],
+         ev("grpo_s0", 2, "greedy")],  # avg@4 only at the ends (--panel-avg-at ends): iterations 0 and 4
     ]
     assert first.calls[: len(want)] == want
     serl_train = first.calls[len(want)]
     assert serl_train[0] == "train" and "algorithm.serl.sampling_mode=reference_solution" in serl_train
-    assert len(first.calls) == len(want) + 3  # serl_s0: train + 2 evals, then the interruption
+    assert len(first.calls) == len(want) + 2  # serl_s0: train + its greedy eval, then the interruption
     assert [json.loads(x)["uid"] for x in (work / "expert.jsonl").read_text().splitlines()] == ["p0", "p1"]
     assert json.loads((work / "start.json").read_text()) == {"model": str(sft), "source": "expert+sft"}
 
@@ -209,9 +220,9 @@ def test_math_phase_command_lines_resume_and_skip(tmp_path, monkeypatch):
     # seed 0: both algorithms resume to 4; seed 1: both start (to 2), then resume (to 4)
     assert len(trains) == 6 and [c[1] == "--resume" for c in trains] == [True, True, False, False, True, True]
     for p in ("grpo_s0", "grpo_s1", "serl_s0", "serl_s1"):
-        for it in (2, 4):
-            for lab in ("greedy", "avg4"):
-                assert (Path(ev(p, it, lab)) / "metrics.json").exists()
+        for it, lab in ((2, "greedy"), (4, "greedy"), (4, "avg4")):
+            assert (Path(ev(p, it, lab)) / "metrics.json").exists()
+        assert not Path(ev(p, 2, "avg4")).exists()
     third = FakeSerl()
     _run(_math_args(work), third, monkeypatch)
     assert third.calls == []
