@@ -124,6 +124,10 @@ class Experiment:
         tmp.write_text(json.dumps(self.phases, indent=2))
         os.replace(tmp, self.phases_file)
 
+    def base(self) -> list[str]:
+        """``model.path=--base-model`` when one is set (math), else nothing (the recipe's model)."""
+        return [f"model.path={self.a.base_model}"] if self.a.base_model else []
+
     def common(self) -> list[str]:
         """Overrides every command shares: the recipe, the data, the model and the user's extras."""
         out = [f"recipe={self.a.recipe}", *self.a.override]
@@ -167,7 +171,7 @@ class Experiment:
         if (model / "config.json").exists():
             return model
         resume = ["--resume", str(self.w / "sft")] if (self.w / "sft" / "checkpoints").exists() else []
-        args = [] if resume else [*self.common(), f"model.lora.r={self.a.lora_r}", *self.a.sft_defaults,
+        args = [] if resume else [*self.common(), *self.base(), f"model.lora.r={self.a.lora_r}", *self.a.sft_defaults,
                                   *self.a.sft_override, f"trainer.output_dir={self.w}", "trainer.run_name=sft",
                                   "trainer.overwrite=true"]  # moves aside a folder left by a run killed before its first save
         self.timed("sft", lambda: self.serl("sft", "--data", str(self.w / "expert.jsonl"), *args, *resume))
@@ -222,7 +226,7 @@ class Experiment:
         """Seed by seed, chunk by chunk, the algorithms side by side, so that an interrupted
         experiment has comparable points of every algorithm for every finished (seed, chunk)."""
         if self.a.base_eval:
-            self.evaluate("base", 0, self.common())
+            self.evaluate("base", 0, [*self.common(), *self.base()])
         self.evaluate("sft", 0, [*self.common(), f"model.path={model}"])
         for seed in self.a.seeds:
             for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every):

@@ -45,13 +45,14 @@ MATH_SFT_DEFAULTS = ["sft.epochs=1", "sft.lr=5e-5", "sft.batch_size=8", "sft.mic
 ENV_DEFAULTS = {
     "alfworld": {"workdir": "runs/learning", "recipe": "cpu_learn", "expert_tasks": 60, "iterations": 10,
                  "eval_every": 5, "splits": ["valid_seen", "valid_unseen"], "algos": ["grpo", "serl"],
-                 "lora_r": 8, "panel_size": 12, "base_eval": False, "sft_defaults": []},
+                 "lora_r": 8, "panel_size": 12, "base_eval": False, "sft_defaults": [], "base_model": ""},
     "webshop": {"workdir": "runs/learning_webshop", "recipe": "cpu_learn_webshop", "expert_tasks": 40,
                 "iterations": 3, "eval_every": 3, "splits": ["test"], "algos": ["grpo", "serl"],
-                "lora_r": 8, "panel_size": 12, "base_eval": False, "sft_defaults": []},
+                "lora_r": 8, "panel_size": 12, "base_eval": False, "sft_defaults": [], "base_model": ""},
     "math": {"workdir": "runs/learning_math", "recipe": "cpu_math", "expert_tasks": -1, "expert_rows": 1024,
              "iterations": 40, "eval_every": 20, "splits": ["gsm8k:test"], "algos": ["grpo", "spear", "serl"],
-             "lora_r": 0, "panel_size": 128, "base_eval": True, "sft_defaults": MATH_SFT_DEFAULTS},
+             "lora_r": 0, "panel_size": 128, "base_eval": True, "sft_defaults": MATH_SFT_DEFAULTS,
+             "base_model": "smollm2-135m-instruct"},  # cpu_math's own default is the shipped math SFT
 }
 
 
@@ -124,8 +125,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--panel-avg-at", choices=["every", "ends"], default="ends",
                    help="math: the avg@k panel at every evaluation point, or only at the start (base, SFT) "
                         "and at each run's last iteration (default; greedy stays at every point)")
+    p.add_argument("--base-model", help="model.path of the SFT's start and of the base evaluation; default: the "
+                                        "recipe's (alfworld, webshop), smollm2-135m-instruct (math, whose recipe "
+                                        "starts from the shipped math SFT)")
     p.add_argument("--base-eval", action=argparse.BooleanOptionalAction, default=None,
-                   help="also evaluate the recipe's base model on the panel (default: on for math)")
+                   help="also evaluate the base model (--base-model, else the recipe's) on the panel (default: on for math)")
     p.add_argument("--splits", nargs="+", help="panel splits; default valid_seen valid_unseen (alfworld), test "
                                                "(webshop), gsm8k:test (math)")
     p.add_argument("--eval-seed", type=int, default=1000)
