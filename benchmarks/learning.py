@@ -76,7 +76,9 @@ prompt tokens per iteration, to check this estimate.
 Its cost on the 2-core machine (docs/math.md, BENCHMARKS.md: ≈ 18.6 SFT-policy trajectories/min
 at rollout) is dominated by the panel: one evaluation point is 128 greedy + 128 × 4 sampled
 trajectories ≈ 640 / 18.6 ≈ 34 min, so the 2 starts + 3 algorithms × 3 seeds × 2 points = 20
-points ≈ 11 h; ``--panel-avg-k 0`` cuts a point to ≈ 7 min. The RL cost is measured per
+points ≈ 11 h when avg@k runs at every point (``--panel-avg-at every``); the default
+``--panel-avg-at ends`` runs it only at iteration 0 and at each run's end, and ``--panel-avg-k 0``
+cuts a point to ≈ 7 min (figures of a bf16 CPU; LEARNING.md has those of a float32 AVX2 one). The RL cost is measured per
 iteration in the report's signal table (``timing/iteration_s``).
 """
 
