@@ -39,6 +39,7 @@ and any ``key=value`` overrides (both modes). Prints the CPU model and the dtype
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -213,22 +214,18 @@ def measure(recipe: str, overrides: list[str], probe: bool = False) -> dict:
 def main(argv: list[str]) -> list[dict]:
     from serl.configure import load_config
 
-    modes, lora_r, scale, recipe, overrides, probe = [], 8, 10.0, "cpu", [], False
-    it = iter(argv)
-    for a in it:
-        if a in ("--modes", "full", "lora"):
-            modes += [a] if a != "--modes" else []
-        elif a == "--probe":
-            probe = True
-        elif a == "--lora-r":
-            lora_r = int(next(it))
-        elif a == "--lora-lr-scale":
-            scale = float(next(it))
-        elif a.startswith("recipe="):
-            recipe = a.split("=", 1)[1]
-        else:
-            overrides.append(a)
-    modes = modes or ["full", "lora"]
+    p = argparse.ArgumentParser(description="serl train's memory phase by phase and its run folder: full vs LoRA "
+                                            "(the module docstring has the details)")
+    p.add_argument("--modes", nargs="+", choices=["full", "lora"], default=["full", "lora"],
+                   help="which runs (default both); overrides go before it")
+    p.add_argument("--probe", action="store_true", help="score each update batch before and after the update")
+    p.add_argument("--lora-r", type=int, default=8)
+    p.add_argument("--lora-lr-scale", type=float, default=10.0, help="LoRA lr = full fine-tuning lr x this")
+    p.add_argument("overrides", nargs="*", help="recipe=NAME (default cpu) and key=value overrides for both modes")
+    a = p.parse_intermixed_args(argv)  # options and overrides in any order
+    modes, lora_r, scale, probe = a.modes, a.lora_r, a.lora_lr_scale, a.probe
+    recipe = next((x.split("=", 1)[1] for x in a.overrides if x.startswith("recipe=")), "cpu")
+    overrides = [x for x in a.overrides if not x.startswith("recipe=")]
     cfg = load_config(recipe, overrides)
     full_lr = cfg.actor.lr / scale if cfg.model.lora.r > 0 else cfg.actor.lr  # a LoRA recipe's lr is x scale
     per_mode = {"full": ["model.lora.r=0", f"actor.lr={full_lr:g}"],
