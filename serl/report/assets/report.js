@@ -70,11 +70,13 @@
   // the y axis is as wide as its longest tick label (uPlot's default is a fixed 50 px, which cuts long labels)
   function axisSize(u, values, axisIdx, cycleNum) {
     var axis = u.axes[axisIdx];
-    if (cycleNum > 1) return axis._size;  // uPlot asks again until the size settles; stop it here
     measure.font = AXIS_FONT;
     var w = 0;
     (values || []).forEach(function (s) { w = Math.max(w, measure.measureText(String(s)).width); });
-    return Math.ceil(w + axis.ticks.size + axis.gap + 4);
+    var size = Math.ceil(w + axis.ticks.size + axis.gap + 4);
+    // uPlot asks again while the size changes the ticks: only grow, so it settles and no label of
+    // the final ticks is cut (returning the first size froze it before e.g. "5" became "10.0")
+    return cycleNum > 1 ? Math.max(size, axis._size) : size;
   }
   function clampedRange(lo, hi) {  // an automatic range kept inside [lo, hi]
     return function (u, min, max) {
