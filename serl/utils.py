@@ -63,6 +63,59 @@ def configure_cpu_threads(num_threads: int | None) -> int:
     return n
 
 
+#: glibc's ``mallopt`` parameter number of the mmap threshold (``M_MMAP_THRESHOLD`` in malloc.h)
+M_MMAP_THRESHOLD = -3
+#: the threshold serl fixes for a float32 update on CPU, 4 MiB: low enough that an update's
+#: activations and logits come and go through mmap, high enough that decoding's many small buffers
+#: do not (16 MiB kept most of the growth; 128 KiB slowed decoding; BENCHMARKS.md, "The default
+#: run's memory")
+MMAP_THRESHOLD_BYTES = 4 * 2**20
+
+
+def mmap_threshold_for(float32_cpu_update: bool) -> int:
+    """The glibc mmap threshold (bytes) serl sets for a run: ``SERL_MALLOC_MMAP_THRESHOLD`` when set
+    (``0`` = none), else :data:`MMAP_THRESHOLD_BYTES` when the update runs in float32 on CPU, else 0
+    (glibc's dynamic threshold is kept).
+
+    Why: glibc raises its mmap threshold to the size of each mmap-ed block that is freed, up to
+    32 MiB (``DEFAULT_MMAP_THRESHOLD_MAX``; ``man 3 mallopt``, M_MMAP_THRESHOLD), so after the first
+    large tensors are freed, every later buffer under 32 MiB comes from the heap, whose freed holes
+    stay resident. One float32 forward/backward of SmolLM2-135M with LoRA and activation
+    checkpointing (4 rows × 1,270 tokens, the ``cpu`` recipe's micro-batch) then peaks 5.9–6.2 GiB
+    above its start, against 1.7–1.8 GiB with the threshold fixed at 4 MiB, for 14–19% more update
+    time (``benchmarks/mmap_threshold.py``). With bf16 autocast the default run already fits in
+    4 GiB, so serl keeps glibc's faster default there.
+
+    Raises:
+        ValueError: ``SERL_MALLOC_MMAP_THRESHOLD`` is not a non-negative integer.
+    """
+    env = os.environ.get("SERL_MALLOC_MMAP_THRESHOLD")
+    if env is not None:
+        if not env.strip().isdigit():
+            raise ValueError(f"SERL_MALLOC_MMAP_THRESHOLD={env!r}: expected a byte count >= 0 (0 = glibc's default)")
+        return int(env)
+    return MMAP_THRESHOLD_BYTES if float32_cpu_update else 0
+
+
+def fix_mmap_threshold(threshold: int) -> int:
+    """Fix glibc's mmap threshold at ``threshold`` bytes (``mallopt(M_MMAP_THRESHOLD)``, which also
+    turns glibc's dynamic adjustment off, as ``MALLOC_MMAP_THRESHOLD_`` in the environment would;
+    glibc ``malloc/malloc.c``, ``do_set_mmap_threshold``), so that every freed buffer above it goes
+    back to the operating system at once. Affects the allocations made after the call.
+
+    Returns:
+        The threshold set, or 0 when ``threshold`` is 0 or there is no glibc (macOS, Windows, musl).
+    """
+    import ctypes
+    import ctypes.util
+    import platform
+
+    if threshold <= 0 or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return 0
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    return threshold if libc.mallopt(ctypes.c_int(M_MMAP_THRESHOLD), ctypes.c_int(threshold)) else 0
+
+
 def cpu_model() -> str:
     """The CPU's model name from ``/proc/cpuinfo`` (e.g. ``"AMD EPYC"``), or the platform's
     machine string where that file is absent (macOS, Windows)."""

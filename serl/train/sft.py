@@ -66,7 +66,7 @@ from serl.train.metrics import MetricsLogger
 from serl.train.run_dir import RunLock, check_run_dir, create_run_dir
 # SFTExample, encode_row: re-exported (the public names of serl.train.sft before the data part moved)
 from serl.train.sft_data import SFTBatch, SFTExample, collate_sft, encode_row, encode_rows, file_sha256, read_rows  # noqa: F401
-from serl.utils import atomic_write_text, configure_cpu_threads, set_seed
+from serl.utils import atomic_write_text, configure_cpu_threads, fix_mmap_threshold, mmap_threshold_for, set_seed
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +295,7 @@ class SFTTrainer:
         self.tokenizer = load_tokenizer(self.model_path)
         train_dtype = pick_dtype(cfg.model.train_dtype, self.device)
         self.autocast_dtype = train_dtype if train_dtype != torch.float32 else None
+        fix_mmap_threshold(mmap_threshold_for(self.device == "cpu" and self.autocast_dtype is None))
         self.model = build_policy(cfg, self.model_path, self.device)
         self.model.train()
         self.grad_ckpt = GradCheckpointing(self.model, cfg.model.gradient_checkpointing, cfg.trainer.activation_memory_gb,

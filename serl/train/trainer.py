@@ -70,7 +70,7 @@ from serl.train.state import TaskSampler, TrainState
 from serl.train.teacher_log import TeacherLogWriter, TraceWriter, write_iteration_trace
 from serl.train.update import PolicyUpdate, make_adamw
 from serl.trajectory import write_jsonl
-from serl.utils import atomic_write_text, configure_cpu_threads, cpu_kind, set_seed
+from serl.utils import atomic_write_text, configure_cpu_threads, cpu_kind, fix_mmap_threshold, mmap_threshold_for, set_seed
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +291,7 @@ class Trainer:
             print(f"serl: {k}: {v.splitlines()[0]}", file=sys.stderr)
         train_tasks = list_tasks(cfg, cfg.env.train_split)  # a missing data folder fails before the model loads
         self.models = m = load_models(cfg, self.device)
+        mmap = fix_mmap_threshold(mmap_threshold_for(self.device == "cpu" and m.autocast_dtype is None))
         sharing = self.dist.world_size if self.device == "cpu" else 1  # ranks sharing the RAM, or one GPU each
         self.grad_ckpt = GradCheckpointing(m.policy, cfg.model.gradient_checkpointing, cfg.trainer.activation_memory_gb,
                                            self.device, sharing, 2 if m.autocast_dtype else 4)
@@ -305,8 +306,8 @@ class Trainer:
               file=sys.stderr)
         where = cpu_kind() if self.device == "cpu" else f"{self.device}, {torch.cuda.get_device_name()}"
         print(f"serl: {where}; rollout/teacher dtype {str(m.infer_dtype).removeprefix('torch.')}, update "
-              f"{'float32' if m.autocast_dtype is None else str(m.autocast_dtype).removeprefix('torch.') + ' autocast'}",
-              file=sys.stderr)
+              f"{'float32' if m.autocast_dtype is None else str(m.autocast_dtype).removeprefix('torch.') + ' autocast'}"
+              + (f"; glibc mmap threshold {mmap / 2**20:g} MiB" if mmap else ""), file=sys.stderr)
         self.scorer = Scorer(cfg, m.tokenizer.pad_token_id, self.device, self.dist, m.autocast)
         self.update = PolicyUpdate(cfg, m, train_model, optimizer, self.dist, self.grad_ckpt, self.scorer)
         self.serl = SerlTeacherPass(cfg, m.teacher, m.tokenizer, context_builder, teacher_log, self.scorer) \
