@@ -291,7 +291,6 @@ class Trainer:
             print(f"serl: {k}: {v.splitlines()[0]}", file=sys.stderr)
         train_tasks = list_tasks(cfg, cfg.env.train_split)  # a missing data folder fails before the model loads
         self.models = m = load_models(cfg, self.device)
-        mmap = fix_mmap_threshold(mmap_threshold_for(self.device == "cpu" and m.autocast_dtype is None))
         sharing = self.dist.world_size if self.device == "cpu" else 1  # ranks sharing the RAM, or one GPU each
         self.grad_ckpt = GradCheckpointing(m.policy, cfg.model.gradient_checkpointing, cfg.trainer.activation_memory_gb,
                                            self.device, sharing, 2 if m.autocast_dtype else 4)
@@ -302,12 +301,7 @@ class Trainer:
         train_model, optimizer = self._prepare_distributed(optimizer, teacher_log)
         self.engine, engine_name = make_engine(cfg.rollout.engine, m.rollout_model, m.tokenizer,
                                                cfg.rollout.micro_batch_size, self.device, **self._engine_options())
-        print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {self.device})",
-              file=sys.stderr)
-        where = cpu_kind() if self.device == "cpu" else f"{self.device}, {torch.cuda.get_device_name()}"
-        print(f"serl: {where}; rollout/teacher dtype {str(m.infer_dtype).removeprefix('torch.')}, update "
-              f"{'float32' if m.autocast_dtype is None else str(m.autocast_dtype).removeprefix('torch.') + ' autocast'}"
-              + (f"; glibc mmap threshold {mmap / 2**20:g} MiB" if mmap else ""), file=sys.stderr)
+        self._announce(engine_name)
         self.scorer = Scorer(cfg, m.tokenizer.pad_token_id, self.device, self.dist, m.autocast)
         self.update = PolicyUpdate(cfg, m, train_model, optimizer, self.dist, self.grad_ckpt, self.scorer)
         self.serl = SerlTeacherPass(cfg, m.teacher, m.tokenizer, context_builder, teacher_log, self.scorer) \
@@ -330,6 +324,19 @@ class Trainer:
                                     config=yaml.safe_load(to_yaml(cfg)) if "wandb" in sinks else None)
         if resume:
             self.resume()
+
+    def _announce(self, engine_name: str) -> None:
+        """Fix glibc's mmap threshold for a float32 update on CPU (:func:`serl.utils.mmap_threshold_for`;
+        before the first update allocates) and print the engine, the CPU kind or GPU, the dtypes and
+        that threshold to stderr."""
+        m, cfg = self.models, self.cfg
+        mmap = fix_mmap_threshold(mmap_threshold_for(self.device == "cpu" and m.autocast_dtype is None))
+        print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {self.device})",
+              file=sys.stderr)
+        where = cpu_kind() if self.device == "cpu" else f"{self.device}, {torch.cuda.get_device_name()}"
+        print(f"serl: {where}; rollout/teacher dtype {str(m.infer_dtype).removeprefix('torch.')}, update "
+              f"{'float32' if m.autocast_dtype is None else str(m.autocast_dtype).removeprefix('torch.') + ' autocast'}"
+              + (f"; glibc mmap threshold {mmap / 2**20:g} MiB" if mmap else ""), file=sys.stderr)
 
     def _prepare_distributed(self, optimizer, teacher_log: TeacherLogWriter):
         """``(train_model, optimizer)``: the policy as the update's forward passes see it
