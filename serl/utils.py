@@ -81,8 +81,8 @@ def mmap_threshold_for(float32_cpu_update: bool) -> int:
     32 MiB (``DEFAULT_MMAP_THRESHOLD_MAX``; ``man 3 mallopt``, M_MMAP_THRESHOLD), so after the first
     large tensors are freed, every later buffer under 32 MiB comes from the heap, whose freed holes
     stay resident. One float32 forward/backward of SmolLM2-135M with LoRA and activation
-    checkpointing (4 rows × 1,270 tokens, the ``cpu`` recipe's micro-batch) then peaks 5.9–6.2 GiB
-    above its start, against 1.7–1.8 GiB with the threshold fixed at 4 MiB, for 14–19% more update
+    checkpointing (4 rows × 1,270 tokens, the ``cpu`` recipe's micro-batch) then peaks 5.7–6.1 GiB
+    above its start, against 1.6–1.8 GiB with the threshold fixed at 4 MiB, for 14–19% more update
     time (``benchmarks/mmap_threshold.py``). With bf16 autocast the default run already fits in
     4 GiB, so serl keeps glibc's faster default there.
 
@@ -104,7 +104,8 @@ def fix_mmap_threshold(threshold: int) -> int:
     back to the operating system at once. Affects the allocations made after the call.
 
     Returns:
-        The threshold set, or 0 when ``threshold`` is 0 or there is no glibc (macOS, Windows, musl).
+        The threshold set, or 0 when ``threshold`` is 0, there is no glibc (macOS, Windows, musl) or
+        glibc refuses the value (``mallopt`` returns 0).
     """
     import ctypes
     import ctypes.util
