@@ -3,8 +3,8 @@ decode batch of SmolLM2-135M, per threshold, each in its own process.
 
 glibc raises its mmap threshold to the size of every mmap-ed block that is freed (up to 32 MiB), so
 after the first large tensors are freed, buffers under that size come from the heap, whose freed
-holes stay resident. serl fixes the threshold (:func:`serl.utils.fix_mmap_threshold`, 4 MiB by
-default); this script measures the choice. Per threshold (``dynamic`` = glibc's default behaviour,
+holes stay resident. serl fixes the threshold for a float32 update on CPU
+(:func:`serl.utils.mmap_threshold_for`, 4 MiB); this script measures the choice. Per threshold (``dynamic`` = glibc's default behaviour,
 else bytes passed to ``mallopt(M_MMAP_THRESHOLD)`` before torch is imported):
 
 * ``update``: the process's peak RSS above its level after loading (sampled every 10 ms) and the
@@ -35,13 +35,10 @@ DEFAULT_THRESHOLDS = ["dynamic", "131072", "1048576", "4194304", "33554432"]
 
 def child(threshold: str, rows: int, seq: int, response: int, new_tokens: int) -> dict:
     """Measure both workloads in this process under ``threshold`` (see the module docstring)."""
-    import ctypes
-    import ctypes.util
+    from serl.utils import fix_mmap_threshold  # imports no torch
 
-    if threshold != "dynamic":  # before torch allocates anything
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        if not libc.mallopt(ctypes.c_int(-3), ctypes.c_int(int(threshold))):
-            raise SystemExit(f"mallopt(M_MMAP_THRESHOLD, {threshold}) failed")
+    if threshold != "dynamic" and not fix_mmap_threshold(int(threshold)):  # before torch allocates anything
+        raise SystemExit(f"mallopt(M_MMAP_THRESHOLD, {threshold}) failed or there is no glibc here")
     import threading
     import time
 
