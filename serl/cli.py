@@ -49,7 +49,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from serl.configure import load_config, load_run_config
     from serl.train.trainer import Trainer
 
-    from serl.train.distributed import launched_world_size
+    from serl.train.distributed import launched_rank, launched_world_size
 
     recipe, overrides = _split_overrides(args.overrides)
     overrides += _data_dir_override(args)
@@ -60,11 +60,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         if recipe:
             print("serl train --resume: the recipe comes from the run folder; ignoring recipe=", file=sys.stderr)
         cfg = load_run_config(Path(args.resume), overrides)
-        probe = RunLock.acquire(Path(args.resume))  # a live run on the folder is named first
-        try:
-            check_resumable(Path(args.resume))  # no model loads before its checkpoint is known intact
-        finally:
-            probe.release()
+        if launched_rank() == 0:  # one rank probes: ranks racing for the lock would refuse each other
+            probe = RunLock.acquire(Path(args.resume))  # a live run on the folder is named first
+            try:
+                check_resumable(Path(args.resume))  # no model loads before its checkpoint is known intact
+            finally:
+                probe.release()
     else:
         cfg = load_config(recipe or DEFAULT_RECIPE, overrides)
     check_train_data(cfg)

@@ -115,6 +115,35 @@ def test_second_process_on_the_same_folder_stops_naming_the_pid(tmp_path, capsys
     holder.wait(timeout=30)
 
 
+def test_only_rank_0_probes_the_lock_of_a_resumed_folder(tmp_path, capsys, monkeypatch):
+    """Under ``accelerate launch`` every rank runs ``serl train --resume``: were each to probe the
+    folder's lock, one rank would find another's probe and refuse (a CI failure of stop 30)."""
+    import serl.cli
+    import serl.train.trainer
+
+    class Reached(Exception):
+        pass
+
+    def trainer(*a, **k):
+        raise Reached
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    monkeypatch.setattr(serl.cli, "check_train_data", lambda cfg: None)
+    monkeypatch.setattr(serl.train.trainer, "Trainer", trainer)
+    holder = _hold_lock(run)  # stands for rank 0's probe, holding the lock right now
+    try:
+        monkeypatch.setenv("RANK", "1")
+        with pytest.raises(Reached):  # rank 1 leaves the lock to rank 0 and goes on to its Trainer
+            main(["train", "--resume", str(run)])
+        monkeypatch.setenv("RANK", "0")
+        assert f"PID {holder.pid}" in _one_line_error(capsys, main(["train", "--resume", str(run)]))
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
 def test_overwrite_moves_the_old_run_aside(tiny_model_dir, tmp_path, caplog):
     from serl.configure import load_config
     from serl.train.trainer import Trainer

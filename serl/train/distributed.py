@@ -94,6 +94,20 @@ def launched_world_size() -> int:
     return int(raw)
 
 
+def launched_rank() -> int:
+    """This process's rank among those a launcher started: the ``RANK`` environment variable,
+    0 when unset (a single process, or the launcher's own process before it spawns ranks).
+
+    Raises:
+        ConfigError: ``RANK`` is set but not a non-negative integer.
+    """
+    raw = os.environ.get("RANK", "0")
+    if not raw.strip().isdigit():
+        raise ConfigError(f"RANK={raw!r} is not a non-negative integer; unset it, or start serl with "
+                          "`accelerate launch` / `torchrun`, which set it")
+    return int(raw)
+
+
 def check_world_size(cfg: "Config", world_size: int) -> None:
     """Raise :class:`ConfigError` unless ``cfg`` can run on ``world_size`` processes.
 

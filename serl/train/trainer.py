@@ -261,8 +261,8 @@ class Trainer:
         exist; it is locked now and stale ``.tmp_*`` checkpoint folders are removed. New run:
         ``trainer.output_dir`` must be writable and the folder empty or absent (or
         ``trainer.overwrite``); nothing is written yet (see :meth:`_start`)."""
-        if resume and not self.dist.is_main:  # rank 0 alone locks (and cleans) a resumed folder
-            if not self.run_dir.is_dir():
+        if not self.dist.is_main:  # rank 0 alone checks, locks (and cleans): ranks probing one lock refuse each other
+            if resume and not self.run_dir.is_dir():
                 raise CheckpointError(f"cannot resume: {self.run_dir} is not a run folder")
             lock = None
         else:
