@@ -1,12 +1,13 @@
-"""Small shared helpers: atomic file writes, seeding, CPU thread policy."""
+"""Small shared helpers: atomic file writes, JSON lines, seeding, CPU thread policy."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 
 def atomic_write(path: str | Path, write_fn: Callable[[str], None]) -> None:
@@ -35,6 +36,24 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             f.write(text)
 
     atomic_write(path, _w)
+
+
+def jsonl_lines(lines: Iterable[str]) -> Iterator[tuple[int, str, Any, Optional[str]]]:
+    """Each non-blank line of JSON-lines text, parsed: ``(number, line, value, error)``.
+
+    ``number`` counts every line from 1 (blank ones too, so it matches an editor's); ``line`` is the
+    text as given; ``value`` is the parsed JSON value, None when the line does not parse; ``error``
+    is the parser's message then, else None. What a bad line or a non-object means is the caller's:
+    loaders of data refuse it with the file and line, readers of a run's own logs skip it (a crash
+    can cut the last line).
+    """
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, line, json.loads(line), None
+        except json.JSONDecodeError as e:
+            yield number, line, None, str(e)
 
 
 def set_seed(seed: int) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import yaml
 
 from serl.errors import SerlError
+from serl.utils import jsonl_lines
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,7 @@ def read_jsonl(path: Path) -> list[dict]:
     while it was written, or still being written by a live run) is skipped, with one warning
     naming the file and its line number; the page draws the rest."""
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            rec = None
+    for n, _, rec, _ in jsonl_lines(path.read_text(encoding="utf-8", errors="replace").splitlines()):
         if isinstance(rec, dict):
             out.append(rec)
         else:

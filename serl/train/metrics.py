@@ -16,6 +16,7 @@ import torch
 
 from serl.errors import ConfigError
 from serl.trajectory import Group
+from serl.utils import atomic_write_text, jsonl_lines
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +91,7 @@ class MetricsLogger:
             return
         keep, torn, redone = [], [], []
         with open(self.path, encoding="utf-8", errors="replace") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    rec = None
+            for n, line, rec, _ in jsonl_lines(f):
                 if not isinstance(rec, dict):
                     torn.append(n)
                 elif rec.get("iteration", 0) > iteration:
@@ -111,8 +106,6 @@ class MetricsLogger:
                         "(they are trained again)", self.path, len(redone),
                         ", ".join(map(str, sorted(set(redone)))), iteration)
         if torn or redone:
-            from serl.utils import atomic_write_text
-
             atomic_write_text(self.path, "".join(keep))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:

@@ -31,7 +31,6 @@ The loss (``serl.train.sft``) is the cross-entropy on target tokens whose mask i
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from serl.agent.chat import chat_prompt_ids
 from serl.agent.tool_chat import render_sft_conversation
 from serl.config import Config
 from serl.errors import SerlError
+from serl.utils import jsonl_lines
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +125,9 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         raise SerlError(f"SFT data file {p} does not exist (write one with `serl data expert`)")
     rows = []
     with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SerlError(f"{p}:{n}: not a JSON line ({e})") from None
+        for n, _, row, error in jsonl_lines(f):
+            if error is not None:
+                raise SerlError(f"{p}:{n}: not a JSON line ({error})")
             msgs = row.get("messages") if isinstance(row, dict) else None
             first = msgs[1] if (isinstance(msgs, list) and len(msgs) > 1 and isinstance(msgs[0], dict)
                                 and msgs[0].get("role") == "system") else (msgs[0] if msgs else None)

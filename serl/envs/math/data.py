@@ -33,13 +33,13 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any, Callable
 
 from serl.errors import ConfigError, EnvError
+from serl.utils import jsonl_lines
 
 log = logging.getLogger(__name__)
 
@@ -220,13 +220,9 @@ def parse_jsonl(data: bytes, what: str) -> list[dict[str, Any]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise EnvError(f"{what} is not UTF-8 text: {e}") from e
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise EnvError(f"{what} line {i} is not valid JSON: {e}") from e
+    for i, _, row, error in jsonl_lines(text.splitlines()):
+        if error is not None:
+            raise EnvError(f"{what} line {i} is not valid JSON: {error}")
         if not isinstance(row, dict):
             raise EnvError(f"{what} line {i} is not a JSON object")
         rows.append(row)
