@@ -36,8 +36,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Sequence
+from typing import Iterator, Sequence
 
 #: ALFWorld 0.4.x game files (alfworld-download's TW_PDDL_FILES_URL)
 ALFWORLD_TW_PDDL_URL = "https://github.com/alfworld/alfworld/releases/download/0.4.0/json_2.1.2_tw-pddl.zip"
@@ -120,6 +121,26 @@ def _fetch(url: str, tmp_dir: Path, timeout: float, dest: Path) -> Path:
     return out
 
 
+@contextmanager
+def staging_folder(dest: Path, prefix: str = ".serl-download-") -> Iterator[Path]:
+    """A temporary folder inside ``dest`` (created if missing) for a download or an unpacking to
+    land in before its files move into ``dest``: on the same file system, so the move is a rename.
+    The folder is removed on exit; if the block raised and ``dest`` was created here and is empty,
+    ``dest`` goes too, so a failed first download leaves no empty folder behind."""
+    dest = Path(dest)
+    created = not dest.exists()
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest, prefix=prefix))
+    ok = False
+    try:
+        yield tmp
+        ok = True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not ok and created and not any(dest.iterdir()):
+            dest.rmdir()
+
+
 def download_alfworld(
     dest: str | os.PathLike,
     force: bool = False,
@@ -147,11 +168,7 @@ def download_alfworld(
     if not force and _has_games(dest):
         print(f"ALFWorld game files already present in {dest / JSON_DIR}; nothing to do (use force=True / -f to re-download).")
         return dest
-    created = not dest.exists()
-    dest.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest, prefix=".serl-download-"))
-    ok = False
-    try:
+    with staging_folder(dest) as tmp:
         staging = tmp / "extracted"
         staging.mkdir()
         for url in urls or ALFWORLD_URLS:
@@ -161,11 +178,6 @@ def download_alfworld(
                 archive.unlink()  # free the space before the next download
         _check_layout(staging, what=", ".join(urls or ALFWORLD_URLS))
         moved, _ = _merge(staging, dest, overwrite=True)
-        ok = True
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not ok and created and not any(dest.iterdir()):
-            dest.rmdir()  # leave no empty folder behind a failed first download
     print(f"ALFWorld data unpacked into {dest}: {moved} files written.")
     return dest
 
@@ -266,14 +278,10 @@ def extract_alfworld_archive(archive: str | os.PathLike, dest: str | os.PathLike
     dest = Path(dest).expanduser()
     if not archive.is_file():
         raise DataDownloadError(f"archive {archive} does not exist.")
-    dest.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest, prefix=".serl-extract-"))
-    try:
+    with staging_folder(dest, prefix=".serl-extract-") as tmp:
         _unpack(archive, tmp)
         _check_layout(tmp, what=str(archive))
         moved, kept = _merge(tmp, dest, overwrite=force)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     print(f"Unpacked {archive.name} into {dest}: {moved} files written, {kept} existing files kept.")
     return dest
 

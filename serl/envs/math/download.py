@@ -16,13 +16,11 @@ import gzip
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from serl.data.download import _fetch, default_data_root
+from serl.data.download import _fetch, default_data_root, staging_folder
 from serl.envs.math.data import DAPO_FILE, dapo_problems, math_folder, parse_jsonl
 from serl.errors import DataDownloadError, EnvError
 
@@ -79,11 +77,7 @@ def download_dapo_math17k(data_dir: str | os.PathLike | None = None, url: str = 
     if out.is_file() and not force:
         print(f"{out} already exists; nothing to do (force=True to download again).")
         return out
-    created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".serl-download-"))
-    ok = False
-    try:
+    with staging_folder(folder) as tmp:
         try:
             src = _fetch(url, tmp, timeout, folder)
         except DataDownloadError as e:
@@ -106,11 +100,6 @@ def download_dapo_math17k(data_dir: str | os.PathLike | None = None, url: str = 
         part = tmp / (DAPO_FILE + ".part")
         part.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         os.replace(part, out)
-        ok = True
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not ok and created and not any(folder.iterdir()):
-            folder.rmdir()  # leave no empty folder behind a failed first download
     checked = "checked" if sha256 is not None else "not checked: no expected digest given"
     print(f"DAPO-Math-17k: {len(rows)} rows ({n} distinct problems), sha256 {digest} ({checked}), written to "
           f"{out}. Use it with `--data-dir {folder}` or `SERL_DATA={folder}`.")
