@@ -16,6 +16,7 @@ from serl.algos.advantages import (
     get_advantage_fn,
     gigpo_step_returns,
     invalid_action_penalty,
+    prepare_advantage_input,
 )
 from serl.config import AlgorithmConfig, ConfigError, GiGPOConfig
 from serl.configure import load_config
@@ -240,6 +241,19 @@ def test_gigpo_anchor_index_equals_anchor_obs_and_similarity():
     adv_sim = get_advantage_fn("gigpo")(data, c)
     data.anchor_index = torch.tensor(ids)
     assert_close(adv_sim, get_advantage_fn("gigpo")(data, c))
+
+
+def test_prepare_hook_clusters_once_and_gives_the_step_group_metrics():
+    data = worked_example()  # 12 rows: the shared page (4 rows) + 8 states seen once
+    m = prepare_advantage_input("gigpo", data, cfg(gamma=0.95))
+    assert m == {"gigpo/step_groups": 9.0, "gigpo/size1_group_fraction": pytest.approx(8 / 9),
+                 "gigpo/mean_group_size": pytest.approx(12 / 9)}
+    assert data.anchor_index[PAGE_ROWS].unique().numel() == 1 and data.anchor_index.unique().numel() == 9
+    clustered = get_advantage_fn("gigpo")(data, cfg(gamma=0.95))  # reuses data.anchor_index
+    data.anchor_obs = None
+    assert_close(get_advantage_fn("gigpo")(data, cfg(gamma=0.95)), clustered)
+    grpo = worked_example()
+    assert prepare_advantage_input("grpo", grpo, cfg()) == {} and grpo.anchor_index is None
 
 
 def test_gigpo_cross_steps_episode_term_matches_grpo_without_std():

@@ -23,16 +23,29 @@ if TYPE_CHECKING:
     from serl.config import AlgorithmConfig, GiGPOConfig
 
 ADVANTAGE_REGISTRY: dict[str, Callable] = {}
+#: estimator name -> ``prepare(data, cfg) -> metrics``: run once per batch before the estimator
+ADVANTAGE_PREPARE: dict[str, Callable] = {}
 
 
-def register_advantage(name: str):
-    """Decorator registering an advantage estimator under ``name`` (``algorithm.adv_estimator``)."""
+def register_advantage(name: str, prepare: Optional[Callable] = None):
+    """Decorator registering an advantage estimator under ``name`` (``algorithm.adv_estimator``).
+    ``prepare(data, cfg)``, if given, fills what the estimator and its metrics share (GiGPO's
+    anchor groups) and returns the estimator's own metrics; see :func:`prepare_advantage_input`."""
 
     def deco(fn):
         ADVANTAGE_REGISTRY[name] = fn
+        if prepare is not None:
+            ADVANTAGE_PREPARE[name] = prepare
         return fn
 
     return deco
+
+
+def prepare_advantage_input(name: str, data: "AdvantageInput", cfg: "AlgorithmConfig") -> dict[str, float]:
+    """Run estimator ``name``'s ``prepare`` hook on ``data`` (in place) once per batch and return its
+    metrics; ``{}`` for an estimator without one. The trainer calls it before the estimator."""
+    prepare = ADVANTAGE_PREPARE.get(name)
+    return prepare(data, cfg) if prepare is not None else {}
 
 
 def get_advantage_fn(name: str) -> Callable:
@@ -541,7 +554,17 @@ def gigpo_anchor_index(data: AdvantageInput, gigpo_cfg: GiGPOConfig) -> torch.Te
     )
 
 
-@register_advantage("gigpo")
+def gigpo_prepare(data: AdvantageInput, cfg: AlgorithmConfig) -> dict[str, float]:
+    """GiGPO's ``prepare`` hook: cluster the anchor states once (:func:`gigpo_anchor_index`, stored in
+    ``data.anchor_index``, which :func:`gigpo_advantage` then reuses) and return the step-group metrics
+    ``gigpo/{step_groups,size1_group_fraction,mean_group_size}`` (arXiv 2505.10978, appendix E)."""
+    data.anchor_index = gigpo_anchor_index(data, cfg.gigpo)
+    sizes = anchor_group_sizes(data.anchor_index.tolist())
+    return {"gigpo/step_groups": float(len(sizes)), "gigpo/size1_group_fraction": sum(1 for k in sizes if k == 1) / len(sizes),
+            "gigpo/mean_group_size": sum(sizes) / len(sizes)}
+
+
+@register_advantage("gigpo", prepare=gigpo_prepare)
 def gigpo_advantage(data: AdvantageInput, cfg: AlgorithmConfig) -> torch.Tensor:
     """GiGPO: episode-level plus anchor-state step-level relative advantage (GiGPO,
     arXiv 2505.10978 Eqs. 3, 5–8; ``langfengQ/verl-agent@d0b9724:gigpo/core_gigpo.py``).

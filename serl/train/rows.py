@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from serl.algos.advantages import anchor_group_sizes, discounted_step_returns, gigpo_anchor_index, invalid_action_penalty
+from serl.algos.advantages import discounted_step_returns, invalid_action_penalty, prepare_advantage_input
 from serl.algos.filters import apply_response_filters, enabled_filters, group_std_filter, response_flags
 from serl.algos.spear import toolcall_bonus
 from serl.config import Config
@@ -104,18 +104,13 @@ def compute_advantages(table: StepTable, cfg: Config, adv_fn: Callable, metrics:
     """One advantage per row from ``adv_fn`` (the ``algorithm.adv_estimator`` of the registry:
     GRPO arXiv 2402.03300, GiGPO arXiv 2505.10978, ...); returns ``[rows]`` float32.
 
-    GiGPO's anchor groups (exact ``Step.observation`` match inside a task group, or similarity
-    with ``algorithm.gigpo.enable_similarity``) are computed here once, for the estimator and for
-    the step-group metrics (``gigpo/*``). Adds the ``critic/*`` metrics.
+    The estimator's ``prepare`` hook runs first (:func:`serl.algos.advantages.prepare_advantage_input`;
+    GiGPO clusters its anchor states there once, for the estimator and for its ``gigpo/*``
+    metrics). Adds the ``critic/*`` metrics.
     """
     alg = cfg.algorithm
     data = table.advantage_input()
-    if alg.adv_estimator == "gigpo":
-        data.anchor_index = gigpo_anchor_index(data, alg.gigpo)
-        sizes = anchor_group_sizes(data.anchor_index.tolist())
-        metrics.update({"gigpo/step_groups": float(len(sizes)),
-                        "gigpo/size1_group_fraction": sum(1 for k in sizes if k == 1) / len(sizes),
-                        "gigpo/mean_group_size": sum(sizes) / len(sizes)})
+    metrics.update(prepare_advantage_input(alg.adv_estimator, data, alg))
     adv = adv_fn(data, alg)
     metrics.update({"critic/score/mean": data.scores.mean().item(),
                     "critic/advantages/mean": adv.mean().item(),
