@@ -22,6 +22,7 @@ Options: ``--real`` (the recipe's model instead of the tiny one), ``--lora-r N``
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -95,20 +96,16 @@ def measure(recipe: str, overrides: list[str], iterations: int) -> dict:
 
 
 def main(argv: list[str]) -> list[dict]:
-    real, lora_r, iterations, recipe, overrides = False, 8, 1, "cpu", []
-    it = iter(argv)
-    for a in it:
-        if a == "--real":
-            real = True
-        elif a == "--lora-r":
-            lora_r = int(next(it))
-        elif a == "--iterations":
-            iterations = int(next(it))
-        elif a.startswith("recipe="):
-            recipe = a.split("=", 1)[1]
-        else:
-            overrides.append(a)
-    if not real:
+    ap = argparse.ArgumentParser(description="LoRA vs full fine-tuning: memory and time per iteration.")
+    ap.add_argument("--real", action="store_true", help="the recipe's model instead of a tiny random one")
+    ap.add_argument("--lora-r", type=int, default=8, help="LoRA rank of the LoRA run (default 8)")
+    ap.add_argument("--iterations", type=int, default=1, help="training iterations per mode (default 1)")
+    ap.add_argument("overrides", nargs="*", help="recipe=NAME (default cpu) and key=value overrides, both modes")
+    args = ap.parse_args(argv)
+    recipe = next((a.split("=", 1)[1] for a in args.overrides if a.startswith("recipe=")), "cpu")
+    overrides = [a for a in args.overrides if not a.startswith("recipe=")]
+    lora_r, iterations = args.lora_r, args.iterations
+    if not args.real:
         from serl.models.tiny import build_tiny_model_dir
 
         model_dir = Path(tempfile.mkdtemp(prefix="serl-tiny-")) / "model"
