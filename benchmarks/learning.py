@@ -157,7 +157,7 @@ class Experiment:
             self.timed("expert", lambda: self.serl(
                 "data", "expert", "math", *self.common(), "--split", "gsm8k:train",
                 "--num-tasks", str(self.a.expert_tasks), "--seed", str(self.a.expert_seed), "--out", str(pool)))
-        rows = [x for x in pool.read_text().splitlines() if x.strip()]
+        rows = [x for x in pool.read_text().split("\n") if x.strip()]  # not splitlines(): it cuts rows at a raw U+2028
         keep = rows[: self.a.expert_rows] if self.a.expert_rows else rows
         if not keep:
             raise SystemExit(f"learning.py: {pool} holds no expert row; nothing to fine-tune on")

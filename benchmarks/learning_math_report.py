@@ -148,7 +148,7 @@ def panel_won(workdir: Path, policy: str, iteration: int, label: str) -> dict[st
     f = workdir / "eval" / policy / f"it{iteration:03d}_{label}" / "tasks.jsonl"
     if not f.exists():
         return {}
-    rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    rows = [json.loads(x) for x in f.read_text().split("\n") if x.strip()]
     return {str(r["task_id"]): bool(r["won"]) for r in rows}
 
 
@@ -157,7 +157,7 @@ def load_train(workdir: Path) -> dict[str, dict[int, dict[str, Any]]]:
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for f in sorted((workdir / "rl").glob("*/metrics.jsonl")):
         by_it: dict[int, dict[str, Any]] = {}
-        for line in f.read_text().splitlines():
+        for line in f.read_text().split("\n"):
             if line.strip():
                 r = json.loads(line)
                 by_it.setdefault(int(r["iteration"]), {}).update(r)
@@ -183,7 +183,7 @@ def pick_examples(workdir: Path, algos: list[str], seeds: list[int]) -> dict[str
                     files.append((-int(f.stem), ai, si, f"{algo}_s{seed}", f))
     found: dict[str, tuple[str, dict[str, Any]]] = {}
     for *_, run, f in sorted(files):
-        for line in f.read_text().splitlines():
+        for line in f.read_text().split("\n"):
             r = json.loads(line) if line.strip() else None
             if r is None:
                 continue
@@ -401,7 +401,7 @@ def _example(title: str, found: dict, key: str) -> list[str]:
 
 
 def _jsonl_len(path: Path) -> int:
-    return sum(1 for x in path.read_text().splitlines() if x.strip()) if path.exists() else 0
+    return sum(1 for x in path.read_text().split("\n") if x.strip()) if path.exists() else 0
 
 
 def settings_lines(workdir: Path, args: argparse.Namespace) -> list[str]:
@@ -410,14 +410,15 @@ def settings_lines(workdir: Path, args: argparse.Namespace) -> list[str]:
     if start and start["source"] == "--sft-model":
         first = f"RL starts from an existing SFT model (`--sft-model`): `{start['model']}`."
     else:
-        sft = [json.loads(x) for x in (workdir / "sft" / "metrics.jsonl").read_text().splitlines() if x.strip()] \
+        sft = [json.loads(x) for x in (workdir / "sft" / "metrics.jsonl").read_text().split("\n") if x.strip()] \
             if (workdir / "sft" / "metrics.jsonl").exists() else []
         loss = [x["sft/loss"] for x in sft if "sft/loss" in x]
+        sft_args = {a.split("=", 1)[0]: a for a in args.sft_defaults + args.sft_override}  # the override wins
         first = (f"Cold start: {_jsonl_len(workdir / 'expert.jsonl')} expert rows (the first of the "
                  f"{_jsonl_len(workdir / 'expert_pool.jsonl')} that `serl data expert math` kept of "
                  f"{'all' if args.expert_tasks < 0 else args.expert_tasks} GSM8K train problems drawn with seed "
                  f"{args.expert_seed}), `serl sft` with model.lora.r={args.lora_r} "
-                 f"{' '.join(args.sft_defaults + args.sft_override)}"
+                 f"{' '.join(sft_args.values())}"
                  + (f": {len(loss)} optimizer steps, loss {loss[0]:.3f} → {loss[-1]:.3f}." if loss else "."))
     table = algos_for("math")
     algos = "; ".join(f"`{a}`: " + " ".join(table[a]) for a in args.algos)

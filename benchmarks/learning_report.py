@@ -52,7 +52,7 @@ def panel_ids(workdir: Path, env: str = "alfworld") -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for f in sorted((workdir / "eval" / "sft").glob("it000_*/trajectories.jsonl")):
         split = f.parent.name.split("_", 1)[1]
-        ids = [json.loads(line)["task"]["task_id"] for line in f.read_text().splitlines() if line.strip()]
+        ids = [json.loads(line)["task"]["task_id"] for line in f.read_text().split("\n") if line.strip()]
         out[split] = [str(i) for i in ids] if env == "webshop" else ["/".join(Path(i).parts[-3:-1]) for i in ids]
     return out
 
@@ -61,7 +61,7 @@ def train_metrics(workdir: Path) -> dict[str, list[dict[str, Any]]]:
     """``{run name: [metrics line per iteration]}`` of every RL run."""
     out = {}
     for f in sorted((workdir / "rl").glob("*/metrics.jsonl")):
-        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        rows = [json.loads(line) for line in f.read_text().split("\n") if line.strip()]
         by_it: dict[int, dict[str, Any]] = {}
         for r in rows:  # one line per iteration (val/ lines merge into their iteration)
             by_it.setdefault(int(r.get("iteration", r.get("step", 0))), {}).update(r)

@@ -38,15 +38,20 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, _w)
 
 
-def jsonl_lines(lines: Iterable[str]) -> Iterator[tuple[int, str, Any, Optional[str]]]:
+def jsonl_lines(lines: str | Iterable[str]) -> Iterator[tuple[int, str, Any, Optional[str]]]:
     """Each non-blank line of JSON-lines text, parsed: ``(number, line, value, error)``.
 
+    ``lines`` is the whole text (split at ``\n`` only) or its lines (a text file object). Never
+    ``str.splitlines()``: it also splits at U+2028, U+0085 and other separators that
+    ``json.dumps(..., ensure_ascii=False)`` writes raw inside a string, and so cuts a record in two.
     ``number`` counts every line from 1 (blank ones too, so it matches an editor's); ``line`` is the
     text as given; ``value`` is the parsed JSON value, None when the line does not parse; ``error``
     is the parser's message then, else None. What a bad line or a non-object means is the caller's:
     loaders of data refuse it with the file and line, readers of a run's own logs skip it (a crash
     can cut the last line).
     """
+    if isinstance(lines, str):
+        lines = lines.split("\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

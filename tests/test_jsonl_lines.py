@@ -24,6 +24,15 @@ def test_a_file_object_keeps_its_newlines():
     assert [line for _, line, _, _ in jsonl_lines(io.StringIO('{"a": 1}\n{"b": 2}'))] == ['{"a": 1}\n', '{"b": 2}']
 
 
+def test_a_raw_line_separator_inside_a_string_does_not_cut_the_record():
+    import json
+
+    text = json.dumps({"q": "a\u2028b\x85c"}, ensure_ascii=False) + "\n" + json.dumps({"q": 2}) + "\n"
+    assert len(text.splitlines()) == 4  # what str.splitlines would have made of it
+    assert [v for _, _, v, _ in jsonl_lines(text)] == [{"q": "a\u2028b\x85c"}, {"q": 2}]
+    assert parse_jsonl(text.encode(), "x.jsonl") == [{"q": "a\u2028b\x85c"}, {"q": 2}]
+
+
 def test_strict_loader_names_the_line():
     assert parse_jsonl(b'{"q": 1}\n\n{"q": 2}\n', "x.jsonl") == [{"q": 1}, {"q": 2}]
     with pytest.raises(EnvError, match=r"x\.jsonl line 3 is not valid JSON"):

@@ -50,7 +50,7 @@ def read_jsonl(path: Path) -> list[dict]:
     while it was written, or still being written by a live run) is skipped, with one warning
     naming the file and its line number; the page draws the rest."""
     out = []
-    for n, _, rec, _ in jsonl_lines(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+    for n, _, rec, _ in jsonl_lines(path.read_text(encoding="utf-8", errors="replace")):
         if isinstance(rec, dict):
             out.append(rec)
         else:

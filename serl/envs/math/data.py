@@ -220,7 +220,7 @@ def parse_jsonl(data: bytes, what: str) -> list[dict[str, Any]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise EnvError(f"{what} is not UTF-8 text: {e}") from e
-    for i, _, row, error in jsonl_lines(text.splitlines()):
+    for i, _, row, error in jsonl_lines(text):
         if error is not None:
             raise EnvError(f"{what} line {i} is not valid JSON: {error}")
         if not isinstance(row, dict):

@@ -157,4 +157,4 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """A JSON-lines file (plain, ``.xz`` or ``.gz``) as a list of dicts (used for fixtures)."""
     raw = read_bytes(path.parent, path.name[: -len(path.suffix)] if path.suffix in (".xz", ".gz") else path.name,
                      verify=False)
-    return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in raw.decode("utf-8").split("\n") if line.strip()]  # not splitlines: U+2028
