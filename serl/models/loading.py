@@ -277,7 +277,12 @@ def pick_dtype(name: str, device: str):
 
 def load_tokenizer(path: str):
     """Load the tokenizer of a resolved model folder, left-padded for batched generation
-    (HF ``generate`` needs left padding), with ``pad_token`` defaulting to ``eos_token``."""
+    (HF ``generate`` needs left padding), with ``pad_token`` defaulting to ``eos_token``.
+
+    A BPE tokenizer whose config asks for ``clean_up_tokenization_spaces`` gets it turned off: that
+    clean-up is a WordPiece post-step that would strip real spaces before punctuation, and
+    transformers 5.x already skips it for BPE, warning at the first decode (seen with 5.17 on the
+    SmolLM2 GGUF conversion), so decoded text is unchanged and the run output stays clean."""
     from transformers import AutoTokenizer
 
     try:
@@ -285,6 +290,9 @@ def load_tokenizer(path: str):
     except Exception as e:  # transformers raises several types (OSError, ValueError, ...)
         raise ModelLoadError(f"could not load the tokenizer from {path!r}: {_first_line(e)}") from e
     tok.padding_side = "left"
+    backend = getattr(tok, "backend_tokenizer", None)
+    if getattr(tok, "clean_up_tokenization_spaces", False) and type(getattr(backend, "model", None)).__name__ == "BPE":
+        tok.clean_up_tokenization_spaces = False
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if getattr(tok, "chat_template", None) is None:
