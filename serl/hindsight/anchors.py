@@ -4,7 +4,7 @@ Anchor modes (SERL, arXiv 2605.19447, ``OliverLeeXZ/SERL@5a2a85b:recipe/serl/pri
 cluster the rows of one group by their raw observation (:attr:`serl.trajectory.Step.observation`,
 the prompt if missing), across trajectories *and* step indices, and show the teacher a table of
 the actions tried from the row's state with their outcomes. The clustering itself is shared with
-GiGPO's anchor states (:func:`serl.algos.advantages.anchor_groups`).
+GiGPO's anchor states (:func:`serl.algos.anchor_states.anchor_groups`).
 
 :class:`GroupView` also chooses the successful sample S of a row (see :mod:`serl.hindsight.success`).
 """
@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-from serl.algos.advantages import anchor_groups
+from serl.algos.anchor_states import anchor_groups
 from serl.hindsight.rendering import (
     FAILED_CONTINUATION,
     NO_CONTINUATION,
@@ -39,7 +39,7 @@ def anchor_clusters(
 ) -> list[int]:
     """Cluster the rows of ONE group by their anchor observation.
 
-    A thin wrapper over :func:`serl.algos.advantages.anchor_groups` (shared with GiGPO) with
+    A thin wrapper over :func:`serl.algos.anchor_states.anchor_groups` (shared with GiGPO) with
     SERL's visiting order.
 
     Args:
