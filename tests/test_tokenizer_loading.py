@@ -15,7 +15,7 @@ def test_bpe_tokenizer_asking_for_clean_up_decodes_unchanged_without_a_warning(t
     d = tmp_path / "tok"
     shutil.copytree(TOKENIZER_DIR, d)
     cfg = json.loads((d / "tokenizer_config.json").read_text())
-    cfg["clean_up_tokenization_spaces"] = True  # what transformers 5.17's GGUF conversion of SmolLM2 wrote
+    cfg["clean_up_tokenization_spaces"] = True  # as a config may ask (transformers 5.17 warned on SmolLM2)
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     tok = load_tokenizer(str(d))
     assert tok.clean_up_tokenization_spaces is False and tok.padding_side == "left" and tok.pad_token_id is not None
