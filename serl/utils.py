@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from serl.errors import ConfigError
+
 
 def atomic_write(path: str | Path, write_fn: Callable[[str], None]) -> None:
     """Write a file atomically: ``write_fn(tmp_path)`` writes a temp file in the same folder,
@@ -111,12 +113,14 @@ def mmap_threshold_for(float32_cpu_update: bool) -> int:
     4 GiB, so serl keeps glibc's faster default there.
 
     Raises:
-        ValueError: ``SERL_MALLOC_MMAP_THRESHOLD`` is not a non-negative integer.
+        ConfigError (a ``ValueError``): ``SERL_MALLOC_MMAP_THRESHOLD`` is not a non-negative integer;
+            ``serl`` then stops with one line naming the variable.
     """
     env = os.environ.get("SERL_MALLOC_MMAP_THRESHOLD")
     if env is not None:
         if not env.strip().isdigit():
-            raise ValueError(f"SERL_MALLOC_MMAP_THRESHOLD={env!r}: expected a byte count >= 0 (0 = glibc's default)")
+            raise ConfigError(f"SERL_MALLOC_MMAP_THRESHOLD={env!r}: expected a byte count >= 0 (0 = glibc's default); "
+                              "unset it or set e.g. 4194304")
         return int(env)
     return MMAP_THRESHOLD_BYTES if float32_cpu_update else 0
 
