@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from serl.errors import CheckpointError, ModelLoadError  # noqa: F401  (ModelLoadError re-exported)
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -84,6 +85,20 @@ def _build_folder_once(dest: Path, write) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+@contextlib.contextmanager
+def hf_progress_bars(enabled: bool):
+    """Turn transformers' own progress bars on or off inside the block, then back to how they were
+    (``transformers.utils.logging``; a no-op when they already are so)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
 def convert_gguf(gguf: Path, name: str) -> Path:
@@ -343,7 +358,8 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+        with hf_progress_bars(False):  # transformers 5's per-load "Loading weights" bar
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     except Exception as e:
         raise ModelLoadError(f"could not load a causal LM from {path!r}: {_first_line(e)}") from e
     if adapter:
