@@ -404,6 +404,20 @@ def _jsonl_len(path: Path) -> int:
     return sum(1 for x in path.read_text().split("\n") if x.strip()) if path.exists() else 0
 
 
+def sft_settings(workdir: Path, args: argparse.Namespace) -> str:
+    """The SFT run's LoRA rank and ``sft.*`` settings as ``key=value`` words: those its
+    ``sft/config.yaml`` recorded (what ran), else those the command line asks for."""
+    cfg_file = workdir / "sft" / "config.yaml"
+    if cfg_file.exists():
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.load(cfg_file)
+        keys = ["epochs", "lr", "batch_size", "micro_batch_size", "lr_scheduler", "warmup_steps"]
+        return " ".join([f"model.lora.r={cfg.model.lora.r}", *(f"sft.{k}={cfg.sft[k]}" for k in keys if k in cfg.sft)])
+    sft_args = {a.split("=", 1)[0]: a for a in args.sft_defaults + args.sft_override}  # the override wins
+    return " ".join([f"model.lora.r={args.lora_r}", *sft_args.values()])
+
+
 def settings_lines(workdir: Path, args: argparse.Namespace) -> list[str]:
     """The RL start (expert rows and SFT, or ``--sft-model``), the algorithms and the panel."""
     start = json.loads((workdir / "start.json").read_text()) if (workdir / "start.json").exists() else None
@@ -413,12 +427,10 @@ def settings_lines(workdir: Path, args: argparse.Namespace) -> list[str]:
         sft = [json.loads(x) for x in (workdir / "sft" / "metrics.jsonl").read_text().split("\n") if x.strip()] \
             if (workdir / "sft" / "metrics.jsonl").exists() else []
         loss = [x["sft/loss"] for x in sft if "sft/loss" in x]
-        sft_args = {a.split("=", 1)[0]: a for a in args.sft_defaults + args.sft_override}  # the override wins
         first = (f"Cold start: {_jsonl_len(workdir / 'expert.jsonl')} expert rows (the first of the "
                  f"{_jsonl_len(workdir / 'expert_pool.jsonl')} that `serl data expert math` kept of "
                  f"{'all' if args.expert_tasks < 0 else args.expert_tasks} GSM8K train problems drawn with seed "
-                 f"{args.expert_seed}), `serl sft` with model.lora.r={args.lora_r} "
-                 f"{' '.join(sft_args.values())}"
+                 f"{args.expert_seed}), `serl sft` with {sft_settings(workdir, args)}"
                  + (f": {len(loss)} optimizer steps, loss {loss[0]:.3f} → {loss[-1]:.3f}." if loss else "."))
     table = algos_for("math")
     algos = "; ".join(f"`{a}`: " + " ".join(table[a]) for a in args.algos)

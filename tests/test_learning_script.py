@@ -377,3 +377,14 @@ def test_math_report_script_rewrites_a_partial_workdir(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "out.md").read_text().startswith("# Learning experiment: math") and r.stderr == ""
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_math_report_states_the_sft_settings_that_ran(tmp_path):
+    """The report reads the SFT run's recorded config, not the command line that made the report."""
+    args = _math_args(tmp_path)  # asks for full fine-tuning at lr 5e-5
+    assert lmr.sft_settings(tmp_path, args) == "model.lora.r=0 " + " ".join(MATH_SFT_DEFAULTS)
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "config.yaml").write_text(
+        "model:\n  lora:\n    r: 8\nsft:\n  epochs: 1\n  lr: 0.0005\n  batch_size: 8\n  micro_batch_size: 4\n")
+    assert lmr.sft_settings(tmp_path, args) == \
+        "model.lora.r=8 sft.epochs=1 sft.lr=0.0005 sft.batch_size=8 sft.micro_batch_size=4"
