@@ -498,6 +498,14 @@ def _on_sigterm(signum, frame) -> None:
     raise Terminated()
 
 
+def _stop_hint(cmd: str) -> str:
+    """What a stopped command leaves: ``train`` and ``sft`` a resumable checkpoint, the others
+    nothing to resume."""
+    if cmd in ("train", "sft"):
+        return "; the last checkpoint is intact (resume with --resume RUN_DIR)"
+    return f"; serl {cmd} has nothing to resume: run it again"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one ``serl`` command. Exit codes: 0 ok; 2 a :class:`~serl.errors.SerlError` (bad config,
     recipe, run folder, checkpoint, data ...), printed as one line; 130 Ctrl-C; 143 SIGTERM."""
@@ -514,11 +522,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serl: error: {e}", file=sys.stderr)
         return 2
     except Terminated:
-        print("serl: terminated (SIGTERM); env workers stopped, the last checkpoint is intact "
-              "(resume with --resume RUN_DIR)", file=sys.stderr)
+        print(f"serl: terminated (SIGTERM); env workers stopped{_stop_hint(args.cmd)}", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
-        print("serl: interrupted; the last checkpoint is intact (resume with --resume RUN_DIR)", file=sys.stderr)
+        print(f"serl: interrupted{_stop_hint(args.cmd)}", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -69,3 +69,18 @@ def test_sigterm_stops_training_cleanly(tiny_model_dir, tmp_path):
     assert {"policy.safetensors", "optimizer.pt", "state.pt"} <= {p.name for p in latest.iterdir()}
     for line in metrics.read_text().splitlines():
         json.loads(line)  # no half-written line
+
+
+def test_a_stopped_command_without_checkpoints_does_not_point_at_resume(monkeypatch, capsys):
+    import serl.cli as cli
+
+    def stopped(args):
+        raise cli.Terminated()
+
+    monkeypatch.setattr(cli, "cmd_eval", stopped)
+    assert cli.main(["eval"]) == 143
+    err = capsys.readouterr().err
+    assert "serl: terminated (SIGTERM)" in err and "serl eval has nothing to resume" in err and "--resume" not in err
+    monkeypatch.setattr(cli, "cmd_sft", stopped)
+    assert cli.main(["sft"]) == 143
+    assert "resume with --resume RUN_DIR" in capsys.readouterr().err
