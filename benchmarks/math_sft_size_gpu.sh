@@ -15,7 +15,8 @@
 # order the subsets are taken from). BUDGET_SECONDS caps the whole script: what has not finished by
 # then is stopped and left out; the SFT runs get SFT_SECONDS of it (default half). OUT, if given,
 # receives results.tar.gz (logs, SFT metrics, panels).
-# Environment: SIZES (default "640 2048 4716"), FULL (1: add the full fine-tuning, default 1),
+# Environment: SIZES (default "640 2048 4716"; empty: no SFT, the shipped cold start alone), FULL
+# (1: add the full fine-tuning, default 1),
 # PANEL (default 128), AVG_PANEL (default 64), SAMPLES (default 4), DEVICE (default cuda), EXTRA
 # (overrides appended to every command, e.g. a smoke test's sft.max_steps=2).
 set -u
@@ -25,7 +26,7 @@ left() { local t=$(( deadline - $(date +%s) )); echo $(( t > 1 ? t : 1 )); }
 sft_deadline=$(( $(date +%s) + ${SFT_SECONDS:-$(( BUDGET / 2 ))} ))
 sft_left() { local t=$(( sft_deadline - $(date +%s) )); echo $(( t > 1 ? t : 1 )); }
 source "$(dirname "$0")/gpu_env.sh"
-SIZES=${SIZES:-"640 2048 4716"}; FULL=${FULL:-1}; PANEL=${PANEL:-128}; SAMPLES=${SAMPLES:-4}; AVG_PANEL=${AVG_PANEL:-64}; DEVICE=${DEVICE:-cuda}
+SIZES=${SIZES-"640 2048 4716"}; FULL=${FULL:-1}; PANEL=${PANEL:-128}; SAMPLES=${SAMPLES:-4}; AVG_PANEL=${AVG_PANEL:-64}; DEVICE=${DEVICE:-cuda}
 mkdir -p "$W/data"
 # convert the GGUF and merge the shipped cold start once, before several processes want them
 python3 -c "from serl.models.loading import resolve_model_path as r; print(r('smollm2-135m-instruct')); print(r('smollm2-135m-math-sft'))" || exit 1
@@ -43,7 +44,7 @@ for n in $SIZES; do
     trainer.run_name=lora_$n ${EXTRA:-} > "$W/logs/sft_lora_$n.txt" 2>&1 &
   MODEL[lora_$n]=$W/sft/lora_$n/model
 done
-if [ "$FULL" = 1 ]; then
+if [ "$FULL" = 1 ] && [ "$largest" -gt 0 ]; then
   # shellcheck disable=SC2086
   timeout -s TERM -k 20 "$(sft_left)" $SERL sft --data "$W/data/rows_$largest.jsonl" "${SFT[@]}" model.lora.r=0 sft.lr=5e-5 \
     trainer.run_name=full_$largest ${EXTRA:-} > "$W/logs/sft_full_$largest.txt" 2>&1 &
