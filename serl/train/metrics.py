@@ -191,8 +191,8 @@ def advantage_signal_metrics(advantages: torch.Tensor, group_index: torch.Tensor
     """How much learning signal a batch carries: the fraction of rows, and of task groups, whose
     advantage is not exactly 0. A group whose G rollouts all scored the same gives every row
     advantage 0 under GRPO, so no gradient (and SERL has nothing to re-weight). The groups counted
-    are those in the update batch, i.e. after ``rollout.rollout_filter_ratio``'s filter: with the
-    std filter, a kept group of equal rewards means fewer than the kept share carried signal.
+    are those in the update batch, i.e. after ``rollout.rollout_filter_ratio``'s filter, so 1.0
+    means that every kept group carried signal, not every sampled one.
 
     Args:
         advantages: ``[rows]`` one advantage per step row.
