@@ -443,6 +443,25 @@ def settings_lines(workdir: Path, args: argparse.Namespace) -> list[str]:
                if args.panel_avg_k else "") + ".", ""]
 
 
+def wall_time_lines(phases: dict[str, float], train, algos: list[str]) -> list[str]:
+    """The wall-time table: ``phases.json`` (seconds per phase, added when a phase's command ends,
+    so a command stopped by the end of a session adds nothing) beside, for each RL phase, the sum of
+    its runs' ``timing/iteration_s`` (every finished iteration, whichever session ran it)."""
+    def iterations(algo: str) -> str:
+        it = [m.get("timing/iteration_s", 0.0) for run, its in train.items() if run.startswith(f"{algo}_s")
+              for m in its.values()]
+        return f"{sum(it) / 60:.1f} ({len(it)} iteration{'' if len(it) == 1 else 's'})" if it else "—"
+
+    names = [*phases, *(f"rl/{a}" for a in algos if f"rl/{a}" not in phases)]
+    rows = [f"| {k} | {phases[k] / 60:.1f} | " if k in phases else f"| {k} | — | " for k in names]
+    rows = [r + (iterations(k[3:]) if k.startswith("rl/") else "—") + " |" for r, k in zip(rows, names)]
+    return ["## Wall time per phase", "",
+            "`phases.json` adds a phase's time when its command ends, so the part of a command that a session's "
+            "end stopped is missing from it; the RL iterations' own times (`timing/iteration_s`) count every "
+            "finished iteration.", "",
+            "| phase | minutes (phases.json) | minutes (sum of RL iteration times) |", "|---|---|---|", *rows, ""]
+
+
 def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str, float], cpu: str) -> Path:
     """Write the math report (``args.report_md`` or ``<workdir>/LEARNING_math.md``) and its plot
     (``args.report_png`` or ``<workdir>/learning_math.png``) from the files of ``workdir``; returns
@@ -474,8 +493,7 @@ def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str,
           ("Status: complete." if complete else "Status: **partial** — the end-of-run rows and the tests use the "
            "finished seeds only.") + " " + "; ".join(status) + ".", "",
           *(["## Findings", "", (workdir / "NOTES.md").read_text().strip(), ""] if (workdir / "NOTES.md").exists() else []),
-          "## Wall time per phase", "", "| phase | minutes |", "|---|---|",
-          *[f"| {k} | {v / 60:.1f} |" for k, v in phases.items()], ""]
+          *wall_time_lines(phases, train, args.algos)]
     for split in args.splits:
         md += [f"## Panel: {split} (mean ± std over seeds)", "", *panel_table(evals, args, split, finished), "",
                f"### Significance at iteration {args.iterations}", "", *significance(workdir, evals, args, split, finished)]

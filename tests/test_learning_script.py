@@ -388,3 +388,12 @@ def test_math_report_states_the_sft_settings_that_ran(tmp_path):
         "model:\n  lora:\n    r: 8\nsft:\n  epochs: 1\n  lr: 0.0005\n  batch_size: 8\n  micro_batch_size: 4\n")
     assert lmr.sft_settings(tmp_path, args) == \
         "model.lora.r=8 sft.epochs=1 sft.lr=0.0005 sft.batch_size=8 sft.micro_batch_size=4"
+
+
+def test_math_report_wall_time_counts_every_finished_iteration():
+    """phases.json misses what a session's end stopped; the iteration times do not."""
+    train = {"grpo_s0": {1: {"timing/iteration_s": 60.0}, 2: {"timing/iteration_s": 120.0}},
+             "grpo_s1": {1: {"timing/iteration_s": 30.0}}, "serl_s0": {1: {"timing/iteration_s": 90.0}}}
+    lines = lmr.wall_time_lines({"expert": 120.0, "rl/grpo": 60.0}, train, ["grpo", "serl"])
+    assert lines[-4:] == ["| expert | 2.0 | — |", "| rl/grpo | 1.0 | 3.5 (3 iterations) |",
+                          "| rl/serl | — | 1.5 (1 iteration) |", ""]
