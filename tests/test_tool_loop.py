@@ -253,9 +253,39 @@ def test_math_splits_and_config_checks():
                      (["env.sandbox.backend=sandbox_fusion"], "env.sandbox.url"),
                      (["env.sandbox.timeout_s=0"], "env.sandbox.timeout_s"),
                      (["env.train_split=gsm8k:dev"], "env.train_split: unknown math split"),
-                     (["env.eval_split=mmlu"], "env.eval_split: unknown math split")]:
+                     (["env.eval_split=mmlu"], "env.eval_split: unknown math split"),
+                     (["env.math.max_solution_steps=-1"], "env.math.max_solution_steps: must be >= 0"),
+                     (["env.math.max_solution_steps=2", "env.train_split=dapo_math17k:fixture"],
+                      "env.math.max_solution_steps: counts GSM8K's annotated solution steps")]:
         with pytest.raises(ConfigError, match=key):
             load_config("cpu_math", bad)
+
+
+def test_max_solution_steps_filters_the_train_split_alone():
+    """GSM8K train has 95 + 404 + 2,175 problems of 0, 1 and 2 calculator steps (counted by hand from
+    the shipped file); the evaluation split stays whole."""
+    from serl.envs.base import list_tasks
+    from serl.envs.math.data import load_problems
+    from serl.envs.math.env import solution_steps
+
+    first = load_problems("gsm8k", "train")[0]  # Natalia: "48/2 = <<48/2=24>>24 ... 48+24 = <<48+24=72>>72"
+    assert solution_steps(first) == 2 and solution_steps(load_problems("math500", "test")[0]) == 0
+    cfg = load_config("cpu_math", ["env.math.max_solution_steps=2"])
+    train = list_tasks(cfg.env, cfg.env.train_split)
+    assert len(train) == 95 + 404 + 2175 and train[0].task_id == "gsm8k-train-00000"
+    assert len(list_tasks(cfg.env, cfg.env.eval_split)) == 1319
+    assert len(list_tasks(load_config("cpu_math").env, "gsm8k:train")) == 7473
+    with pytest.raises(ConfigError, match="math500 has none"):
+        MathEnv.list_tasks("math500", max_solution_steps=1)
+
+
+def test_max_solution_steps_with_no_problem_short_enough_says_so(tmp_path):
+    rows = [{"question": "q", "answer": "1+1=<<1+1=2>>2, 2*3=<<2*3=6>>6\n#### 6"}]
+    (tmp_path / "math").mkdir()
+    (tmp_path / "math" / "gsm8k_train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert len(MathEnv.list_tasks("gsm8k:train", str(tmp_path), max_solution_steps=2)) == 1
+    with pytest.raises(EnvError, match="no problem of gsm8k:train has a worked solution of at most 1 calculator step "):
+        MathEnv.list_tasks("gsm8k:train", str(tmp_path), max_solution_steps=1)
 
 
 def test_a_math_training_iteration_on_the_tiny_model(tiny_model_dir, tmp_path, tokenizer):

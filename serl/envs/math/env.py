@@ -29,6 +29,7 @@ from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
 from serl.envs.math.data import DATASETS, MathProblem, load_problems, user_prompt
 from serl.envs.math.options import math_options, parse_split
 from serl.envs.math.scoring import default_scorer, get_scorer
+from serl.errors import ConfigError
 from serl.sandbox import BaseSandbox, make_sandbox, tool_response_text, truncate_tool_output
 
 if TYPE_CHECKING:
@@ -44,6 +45,13 @@ def reference_solution(problem: MathProblem) -> str:
         body = re.sub(r"\n?#### *(.+?)\s*$", lambda m: f"\nThe final answer is \\boxed{{{m.group(1)}}}.", body)
         return body.strip()
     return f"The final answer is \\boxed{{{problem.ground_truth}}}."
+
+
+def solution_steps(problem: MathProblem) -> int:
+    """The number of calculator steps (``<<48/2=24>>`` annotations) in a GSM8K worked solution; 0
+    for a problem without an annotated solution (GSM8K's calculator annotations: Cobbe et al., 2021,
+    arXiv:2110.14168)."""
+    return (problem.solution or "").count("<<")
 
 
 def sandbox_options(sb: "SandboxConfig") -> dict[str, Any]:
@@ -120,16 +128,33 @@ class MathEnv(BaseTextEnv):
                 "tool_message_mode": o["tool_message_mode"], "sandbox": sandbox}
 
     @classmethod
-    def list_tasks(cls, split: str, data_dir: str | None = None) -> list[Task]:
-        """One task per problem of ``split`` (``DATASET[:SPLIT]``), in file order.
+    def list_tasks(cls, split: str, data_dir: str | None = None, max_solution_steps: int = 0) -> list[Task]:
+        """One task per problem of ``split`` (``DATASET[:SPLIT]``), in file order; with
+        ``max_solution_steps > 0``, only the problems whose worked solution has at most that many
+        steps (:func:`solution_steps`).
 
         Raises:
-            ConfigError: unknown dataset or split.
-            EnvError: the data is missing or corrupt (the message names the file).
+            ConfigError: unknown dataset or split, or ``max_solution_steps`` on a set other than GSM8K.
+            EnvError: the data is missing or corrupt (the message names the file), or no problem of
+                ``split`` is short enough.
         """
         dataset, part = parse_split(split)
-        return [Task(env_name=cls.name, task_id=p.uid, task_type=dataset)
-                for p in load_problems(dataset, part, data_dir)]
+        if max_solution_steps > 0 and dataset != "gsm8k":
+            raise ConfigError(f"max_solution_steps counts GSM8K's annotated solution steps; {split} has none")
+        problems = load_problems(dataset, part, data_dir)
+        if max_solution_steps > 0:
+            problems = [p for p in problems if solution_steps(p) <= max_solution_steps]
+            if not problems:
+                raise EnvError(f"no problem of {split} has a worked solution of at most {max_solution_steps} "
+                               f"calculator step{'' if max_solution_steps == 1 else 's'} (env.math.max_solution_steps)")
+        return [Task(env_name=cls.name, task_id=p.uid, task_type=dataset) for p in problems]
+
+    @classmethod
+    def tasks_from_config(cls, env_cfg: "EnvConfig", split: str) -> list[Task]:
+        """:meth:`list_tasks` of ``split``; ``env.math.max_solution_steps`` filters ``env.train_split``
+        alone, so evaluation panels stay the whole split."""
+        steps = math_options(env_cfg)["max_solution_steps"] if split == env_cfg.train_split else 0
+        return cls.list_tasks(split, env_cfg.data_dir, max_solution_steps=steps)
 
     @classmethod
     def preflight(cls, env_cfg: "EnvConfig") -> dict[str, str]:

@@ -47,12 +47,16 @@ MATH_DEFAULTS: dict[str, Any] = {
     # a <tool_call> whose JSON does not parse: false = the episode ends silently (SPEAR); true =
     # the model is told so in a tool turn and the episode goes on
     "malformed_call_feedback": False,
+    # training problems kept: those whose GSM8K worked solution has at most this many calculator
+    # steps (<<a*b=c>> annotations); 0 = all (the original). A curriculum for a weak policy: it
+    # applies to env.train_split only (a GSM8K split), never to the evaluation split
+    "max_solution_steps": 0,
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "prompt_style": (str,), "scorer": (str,), "max_turns": (int,), "max_turn_tokens": (int,),
     "tool_response_max_chars": (int,), "tool_response_truncate_side": (str,), "tool_message_mode": (str,),
-    "malformed_call_feedback": (bool,),
+    "malformed_call_feedback": (bool,), "max_solution_steps": (int,),
 }
 
 
@@ -110,6 +114,11 @@ def check_config(env_cfg: "EnvConfig") -> None:
                           f"got {opts['max_turn_tokens']}")
     if opts["tool_response_max_chars"] < 1:
         raise ConfigError(f"env.math.tool_response_max_chars: must be >= 1, got {opts['tool_response_max_chars']}")
+    if opts["max_solution_steps"] < 0:
+        raise ConfigError(f"env.math.max_solution_steps: must be >= 0 (0 = all problems), got {opts['max_solution_steps']}")
+    if opts["max_solution_steps"] and str(env_cfg.train_split).partition(":")[0] != "gsm8k":
+        raise ConfigError(f"env.math.max_solution_steps: counts GSM8K's annotated solution steps, but "
+                          f"env.train_split is {env_cfg.train_split!r}; set it to 0 or train on gsm8k:train")
     sb = env_cfg.sandbox
     if sb.backend not in SANDBOX_BACKENDS:
         raise ConfigError(f"env.sandbox.backend: must be one of {sorted(SANDBOX_BACKENDS)}, got {sb.backend!r}")
