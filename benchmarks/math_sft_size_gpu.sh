@@ -16,9 +16,9 @@
 # then is stopped and left out; the SFT runs get SFT_SECONDS of it (default half). OUT, if given,
 # receives results.tar.gz (logs, SFT metrics, panels).
 # Environment: SIZES (default "640 2048 4716"; empty: no SFT, the shipped cold start alone), FULL
-# (1: add the full fine-tuning, default 1),
-# PANEL (default 128), AVG_PANEL (default 64), SAMPLES (default 4), DEVICE (default cuda), EXTRA
-# (overrides appended to every command, e.g. a smoke test's sft.max_steps=2).
+# (1, the default: add the full fine-tuning), PANEL (default 128), AVG_PANEL (default 64), SAMPLES
+# (default 4), DEVICE (default cuda), EXTRA (overrides appended to every command, e.g. a smoke
+# test's sft.max_steps=2 or the turn-limit check's env.math.max_turns=8).
 set -u
 GGUF=$(realpath "$1"); POOL=$(realpath "$2"); W=$3; BUDGET=$4; OUT=${5:-}
 deadline=$(( $(date +%s) + BUDGET ))
