@@ -55,16 +55,19 @@ def test_eval_runs_with_an_adapter(tiny_model_dir, adapter_dir, tmp_path):
     assert rc == 0 and (tmp_path / "eval" / "metrics.json").exists()
 
 
-def test_merged_cache_is_keyed_on_base_and_adapter(tiny_model_dir, adapter_dir, tmp_path, monkeypatch):
+def test_merged_cache_is_keyed_on_base_and_adapter(tiny_model_dir, adapter_dir, tmp_path, monkeypatch, capfd):
     """`merge_adapter_once` writes one folder per (base, adapter) pair: the same pair reuses it, a
-    different base with the same adapter gets its own merge (a stale merge is never served)."""
+    different base with the same adapter gets its own merge (a stale merge is never served). The
+    merge prints no transformers progress bar ("Writing model shards")."""
     import shutil
 
     from serl.models.loading import merge_adapter_once
 
     monkeypatch.setenv("SERL_CACHE", str(tmp_path / "cache"))
     folder, expected = adapter_dir
+    capfd.readouterr()
     first = merge_adapter_once(str(tiny_model_dir), str(folder), name="m")
+    assert "Writing model shards" not in capfd.readouterr().err
     assert merge_adapter_once(str(tiny_model_dir), str(folder), name="m") == first
     other_base = tmp_path / "base2"
     shutil.copytree(tiny_model_dir, other_base)

@@ -69,13 +69,16 @@ def _sha256(path: Path, chunk: int = 1 << 22) -> str:
 def _build_folder_once(dest: Path, write) -> Path:
     """Return ``dest``, first building it if it has no ``config.json``: ``write(tmp)`` fills a
     temp folder beside it, which is then renamed, so an interrupted build leaves no half-written
-    model (and a concurrent build by another process wins cleanly)."""
+    model (and a concurrent build by another process wins cleanly). transformers' own progress
+    bars ("Writing model shards", per load and save) stay off while it builds: a one-time build
+    is logged by ``write`` instead."""
     if (dest / "config.json").exists():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
     try:
-        write(tmp)
+        with hf_progress_bars(False):
+            write(tmp)
         try:
             os.replace(tmp, dest)
         except OSError:  # another process finished first
