@@ -247,7 +247,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     print(f"\nserl sft finished {trainer.step} optimizer steps on {len(trainer.examples)} rows.")
     print(f"  last loss:   {last.get('sft/loss', float('nan')):.4f}"
           + (f" (held-out {last['val/loss']:.4f})" if "val/loss" in last else ""))
-    print(f"  speed:       {last.get('perf/tokens_per_s', 0):.0f} tokens/s, {last.get('perf/rows_per_min', 0):.1f} rows/min")
+    print(f"  speed:       {last.get('perf/mean_tokens_per_s', 0):.0f} tokens/s, "
+          f"{last.get('perf/mean_rows_per_min', 0):.1f} rows/min (mean over the steps of this run)")
     print(f"  model:       {model_dir}" + (" (LoRA merged)" if cfg.model.lora.r else ""))
     if cfg.model.lora.r and cfg.sft.save_adapter:
         print(f"  adapter:     {trainer.run_dir / 'adapter'}")

@@ -94,7 +94,7 @@ def test_full_finetuning_changes_the_weights_and_exports(tiny_model_dir, tmp_pat
     cfg = _cfg(tiny_model_dir, tmp_path, rows_file, "sft.max_steps=2", "sft.batch_size=3", "sft.lr=1e-3")
     tr = SFTTrainer(cfg)
     before = _base_params(tr.model)
-    tr.train()
+    out = tr.train()
     assert all(p.requires_grad for p in tr.model.parameters())
     saved = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
     changed = [k for k in before if not torch.equal(before[k], saved[k])]
@@ -105,6 +105,11 @@ def test_full_finetuning_changes_the_weights_and_exports(tiny_model_dir, tmp_pat
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["iteration"] for x in lines] == [1, 2]
     assert {"sft/loss", "sft/lr", "perf/tokens_per_s", "perf/rows_per_min"} <= set(json.loads(lines[0]))
+    # the speed train() returns is over both steps: total rows (2 x 3) / total step time
+    steps = [json.loads(x) for x in lines]
+    assert out["perf/mean_rows_per_min"] == pytest.approx(60.0 * 6 / sum(m["perf/step_s"] for m in steps))
+    assert out["perf/mean_tokens_per_s"] == pytest.approx(
+        sum(m["perf/tokens_per_s"] * m["perf/step_s"] for m in steps) / sum(m["perf/step_s"] for m in steps))
 
 
 def test_lora_trains_only_adapters_then_merges(tiny_model_dir, tmp_path, rows_file):

@@ -396,15 +396,21 @@ class SFTTrainer:
 
     def train(self) -> dict[str, float]:
         """Run the remaining optimizer steps with a progress bar; checkpoint every ``sft.save_freq``
-        steps and at the end, then write ``<run>/model``. Returns the last step's metrics."""
+        steps and at the end, then write ``<run>/model``. Returns the last step's metrics plus
+        ``perf/mean_tokens_per_s`` and ``perf/mean_rows_per_min``: the speed over all the steps of
+        this call (the last step alone can be far off it, e.g. beside another job)."""
         from tqdm.auto import tqdm
 
         sft, last = self.cfg.sft, {}
+        secs = tokens = rows = 0.0
         try:
             with tqdm(total=self.total_steps, initial=self.step, desc="serl sft", unit="step",
                       disable=not self.cfg.trainer.progress, file=sys.stderr, dynamic_ncols=True) as bar:
                 while self.step < self.total_steps:
                     last = self.train_step()
+                    secs += last["perf/step_s"]
+                    tokens += last["perf/tokens_per_s"] * last["perf/step_s"]
+                    rows += last["perf/rows_per_min"] * last["perf/step_s"] / 60.0
                     done = self.step >= self.total_steps
                     if self.val_examples and (done or (sft.eval_freq and self.step % sft.eval_freq == 0)):
                         last["val/loss"] = self.evaluate_loss(self.val_examples)
@@ -418,6 +424,8 @@ class SFTTrainer:
         finally:
             self.logger.close()
             self.release_run_dir()
+        if secs > 0:
+            last = {**last, "perf/mean_tokens_per_s": tokens / secs, "perf/mean_rows_per_min": 60.0 * rows / secs}
         return last
 
     def export_model(self) -> Path:
