@@ -15,11 +15,15 @@
 # (its games come in the seeded order of --seed, so "the first N games" is a seeded sample).
 # DATA: an ALFWorld data folder holding json_2.1.1/valid_seen and valid_unseen. BUDGET_SECONDS caps
 # the whole script: what has not finished by then is stopped and left out; the SFT runs get
-# SFT_SECONDS of it (default half). OUT, if given, receives results.tar.gz (logs, SFT metrics, panels).
+# SFT_SECONDS of it (default half). OUT, if given, receives results.tar.gz (logs, SFT metrics, panels)
+# and adapters/<run>/ (each finished SFT's LoRA adapter).
 # Environment: GAMES (default "60 200 all"; empty: no SFT, the shipped cold start alone), MAX_STEPS
 # (default 8, the recipe's), DEVICE (default cuda), WORKERS (env worker processes per panel, default
-# 4), PANEL_TASKS (games per split, default -1: all), EXTRA (overrides appended to every command,
-# e.g. a smoke test's sft.max_steps=2). benchmarks/alfworld_sft_size_report.py makes the table.
+# 4), PANEL_TASKS (games per split, default -1: all), DECODINGS (default "greedy sampled"), EXTRA
+# (overrides appended to every command, e.g. a smoke test's sft.max_steps=2).
+# benchmarks/alfworld_sft_size_report.py makes the table. On one H200 the all-games run (1,099 steps)
+# took 0.45 s per step beside two other runs and did not finish in SFT_SECONDS=250; alone, try
+# GAMES=all DECODINGS=greedy SFT_SECONDS=470 with a BUDGET of 580 (not measured yet).
 set -u
 GGUF=$(realpath "$1"); POOL=$(realpath "$2"); DATA=$(realpath "$3"); W=$4; BUDGET=$5; OUT=${6:-}
 deadline=$(( $(date +%s) + BUDGET ))
@@ -76,8 +80,9 @@ panel() {  # panel LABEL FLAGS...: both panel splits of every model whose SFT fi
   wait
   echo "$label panels done at $(( $(date +%s) - start )) s" | tee -a "$W/logs/gpu.txt"
 }
-panel greedy --greedy
-panel sampled
+for d in ${DECODINGS:-greedy sampled}; do
+  case $d in greedy) panel greedy --greedy ;; sampled) panel sampled ;; *) echo "unknown decoding $d" >&2 ;; esac
+done
 for f in "$W"/eval/*/metrics.json; do
   printf '%s: ' "$(basename "$(dirname "$f")")"
   python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print({k: round(v, 4) for k, v in m.items() if isinstance(v, (int, float))})" "$f"
@@ -98,4 +103,8 @@ for d in sys.argv[1:]:
 EOF
 if [ -n "$OUT" ]; then
   (cd "$W" && tar czf "$OUT/results.tar.gz" --exclude=trajectories.jsonl logs eval sft/*/metrics.jsonl sft/*/config.yaml sft/*/model/serl_sft.json 2>/dev/null)
+  # the adapters themselves (PEFT, float32, 9.8 MB each), so that the best one can be shipped
+  for a in "$W"/sft/*/adapter; do
+    [ -d "$a" ] && mkdir -p "$OUT/adapters/$(basename "$(dirname "$a")")" && cp "$a"/adapter_* "$OUT/adapters/$(basename "$(dirname "$a")")/"
+  done
 fi
