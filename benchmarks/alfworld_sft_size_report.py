@@ -92,7 +92,8 @@ def table(panels: dict[tuple[str, str, str], dict[str, Any]], results: Path) -> 
     models = sorted({k[0] for k in panels}, key=_model_order)
     for model in models:
         info = sft_info(results, model)
-        size = "shipped (244 rows, 61 steps)" if model == "shipped" else f"{info.get('rows')} / {info.get('steps')}"
+        # "shipped": the adapter serl shipped at the commit that ran the script (its README says how it was made)
+        size = "—" if model == "shipped" else f"{info.get('rows')} / {info.get('steps')}"
         loss = f"{info['loss'][0]:.2f} → {info['loss'][1]:.2f}" if info.get("loss") else "—"
         for label in ("greedy", "sampled"):
             got = [panels.get((model, label, s)) for s in SPLITS]

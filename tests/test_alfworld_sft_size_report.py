@@ -50,7 +50,7 @@ def test_table_counts_wins_loops_and_the_paired_test(tmp_path):
     (sft / "model" / "serl_sft.json").write_text('{"num_rows": 240, "optimizer_steps": 60}')
     lines = rep.table(rep.load_panels(tmp_path), tmp_path)
     assert lines[2:] == [
-        "| shipped | shipped (244 rows, 61 steps) | — | greedy | 1/2 | 0/1 | **1/3** | 2/2 | 2/2 | 0.50/0.25 | — |",
+        "| shipped | — | — | greedy | 1/2 | 0/1 | **1/3** | 2/2 | 2/2 | 0.50/0.25 | — |",
         # McNemar: 2 discordant pairs, both for games_60 -> p = 2 * (1/4) = 0.5
         "| games_60 | 240 / 60 | 1.50 → 0.25 | greedy | 2/2 | 1/1 | **3/3** | 0/0 | 0/0 | 1.00/0.75 | 0.5 (+2 / −0) |",
     ]
