@@ -66,8 +66,8 @@ def load_panels(results: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
 
 
 def sft_info(results: Path, model: str) -> dict[str, Any]:
-    """Games, rows, optimizer steps and the first and last logged loss of ``sft/<model>``; {} for
-    the shipped adapter (no folder)."""
+    """Rows, optimizer steps and the first and last logged loss of ``sft/<model>``; {} for the
+    shipped adapter (no folder)."""
     d = results / "sft" / model
     if not (d / "metrics.jsonl").exists():
         return {}
