@@ -50,14 +50,16 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 def load_panels(results: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     """``{(model, label, split): {"won": {task_id: bool}, "episodes": [actions.jsonl rows],
-    "admissible": float}}`` for every eval folder that finished (has ``tasks.jsonl``)."""
+    "admissible": float}}`` for every eval folder that finished (has ``tasks.jsonl``);
+    ``episodes`` is None where the folder has no ``actions.jsonl`` (the table then shows no loop
+    counts rather than 0 of 0)."""
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for d in sorted((results / "eval").iterdir()):
         m = _EVAL_DIR.match(d.name)
         if not m or not (d / "tasks.jsonl").exists():
             continue
         tasks = _jsonl(d / "tasks.jsonl")
-        episodes = _jsonl(d / "actions.jsonl") if (d / "actions.jsonl").exists() else []
+        episodes = _jsonl(d / "actions.jsonl") if (d / "actions.jsonl").exists() else None
         metrics = json.loads((d / "metrics.json").read_text()) if (d / "metrics.json").exists() else {}
         out[(m["model"], m["label"], m["split"])] = {
             "won": {t["task_id"]: bool(t["won"]) for t in tasks}, "episodes": episodes,
@@ -101,10 +103,13 @@ def table(panels: dict[tuple[str, str, str], dict[str, Any]], results: Path) -> 
                 continue
             wins = [sum(p["won"].values()) for p in got]
             games = [len(p["won"]) for p in got]
-            eps = [e for p in got for e in p["episodes"]]
-            lost = [e for e in eps if not e["won"]]
-            n_loop = sum(loops(e["actions"], e["won"]) for e in eps)
-            n_rep = sum(repeats(e["actions"], e["won"]) for e in eps)
+            if any(p["episodes"] is None for p in got):
+                loop_cell = rep_cell = "—"
+            else:
+                eps = [e for p in got for e in p["episodes"]]
+                lost = [e for e in eps if not e["won"]]
+                loop_cell = f"{sum(loops(e['actions'], e['won']) for e in eps)}/{len(lost)}"
+                rep_cell = f"{sum(repeats(e['actions'], e['won']) for e in eps)}/{len(lost)}"
             adm = [p["admissible"] for p in got if p["admissible"] is not None]
             p_val = "—"
             ref = [panels.get(("shipped", label, s)) for s in SPLITS]
@@ -118,7 +123,7 @@ def table(panels: dict[tuple[str, str, str], dict[str, Any]], results: Path) -> 
                 p_val = f"{mcnemar_p(b, c):.2g} (+{b} / −{c})"
             lines.append(
                 f"| {model} | {size} | {loss} | {label} | {wins[0]}/{games[0]} | {wins[1]}/{games[1]} | "
-                f"**{sum(wins)}/{sum(games)}** | {n_loop}/{len(lost)} | {n_rep}/{len(lost)} | "
+                f"**{sum(wins)}/{sum(games)}** | {loop_cell} | {rep_cell} | "
                 f"{'/'.join(f'{a:.2f}' for a in adm)} | {p_val} |")
     return lines
 

@@ -54,3 +54,12 @@ def test_table_counts_wins_loops_and_the_paired_test(tmp_path):
         # McNemar: 2 discordant pairs, both for games_60 -> p = 2 * (1/4) = 0.5
         "| games_60 | 240 / 60 | 1.50 → 0.25 | greedy | 2/2 | 1/1 | **3/3** | 0/0 | 0/0 | 1.00/0.75 | 0.5 (+2 / −0) |",
     ]
+
+
+def test_table_shows_no_loop_counts_without_actions(tmp_path):
+    """A split without ``actions.jsonl`` (an eval run that kept no traces) gives "—", not 0/0."""
+    _panel(tmp_path, "shipped_greedy_valid_seen", {"s1": True, "s2": False}, {"s1": ["look"], "s2": ["look"] * 8}, 0.5)
+    _panel(tmp_path, "shipped_greedy_valid_unseen", {"u1": False}, {"u1": ["look"] * 8}, 0.25)
+    (tmp_path / "eval" / "shipped_greedy_valid_unseen" / "actions.jsonl").unlink()
+    lines = rep.table(rep.load_panels(tmp_path), tmp_path)
+    assert lines[2:] == ["| shipped | — | — | greedy | 1/2 | 0/1 | **1/3** | — | — | 0.50/0.25 | — |"]
