@@ -293,7 +293,13 @@ def signal_table(train, algo: str, seeds: list[int], window: int) -> list[str]:
     """Per block of ``window`` iterations, the mean over seeds of each run's block mean of
     :data:`SIGNAL_KEYS` (training accuracy ± std over seeds), and SERL's weight statistics over the
     block's iterations whose teacher scored tokens (W mean, [min, max], mean |Δ| in nats, share at
-    the clip bound)."""
+    the clip bound).
+
+    An iteration's ``serl_action_mask/*`` values are means over its micro-batches. One whose teacher
+    scored no row logs ``empty_target_batch`` 1 and ``weight_mean`` 1 (as the original does) and no
+    other key, so an iteration counts as scored when its ``empty_target_batch`` e < 1, and its W
+    mean over the scored micro-batches is (``weight_mean`` − e) / (1 − e); min, max, |Δ| and the
+    clipped share already are."""
     runs = {s: train[f"{algo}_s{s}"] for s in seeds if f"{algo}_s{s}" in train}
     if not runs:
         return []
@@ -313,9 +319,12 @@ def signal_table(train, algo: str, seeds: list[int], window: int) -> list[str]:
                 cells.append(mean_std(means).rsplit(" (", 1)[0] if means else "—")
             else:
                 cells.append(_fmt(statistics.fmean(means), 1 if key.startswith("timing") else 3) if means else "—")
-        scored = [x for rows in per_seed.values() for x in rows if x.get("serl_action_mask/empty_target_batch") == 0.0]
+        scored = [x for rows in per_seed.values() for x in rows
+                  if x.get("serl_action_mask/empty_target_batch", 1.0) < 1.0 and "serl_action_mask/weight_min" in x]
         if scored:
             sk = {k: [x[f"serl_action_mask/{k}"] for x in scored if f"serl_action_mask/{k}" in x] for k in SERL_KEYS}
+            sk["weight_mean"] = [(x["serl_action_mask/weight_mean"] - e) / (1.0 - e) for x in scored
+                                 for e in [x["serl_action_mask/empty_target_batch"]]]
             cells += [f"{_fmt(statistics.fmean(sk['weight_mean']))} [{_fmt(min(sk['weight_min']))}, "
                       f"{_fmt(max(sk['weight_max']))}] ({len(scored)} it.)",
                       _fmt(statistics.fmean(sk["delta_abs_mean"]), 4), _fmt(statistics.fmean(sk["clipped_fraction"]))]

@@ -307,8 +307,10 @@ def _synthetic_math_workdir(work: Path) -> None:
                 r = {"iteration": i, "episode/success_rate": a, "tool/trajectory_with_call_fraction": 1.0,
                      "critic/advantages/nonzero_group_fraction": 0.5, "timing/iteration_s": 60.0}
                 if algo == "serl":
-                    r.update({"serl_action_mask/empty_target_batch": float(i == 1),
-                              "serl_action_mask/weight_mean": 1.0 if i == 1 else 1.02,
+                    # iteration 1: no micro-batch scored; 3: half of them (W 1.02 there, 1 logged for the rest)
+                    e = {1: 1.0, 3: 0.5}.get(i, 0.0)
+                    r.update({"serl_action_mask/empty_target_batch": e,
+                              "serl_action_mask/weight_mean": e + (1 - e) * 1.02,
                               "serl_action_mask/weight_min": 0.8 + 0.01 * i, "serl_action_mask/weight_max": 1.2 - 0.01 * i,
                               "serl_action_mask/delta_abs_mean": 0.01 * i, "serl_action_mask/clipped_fraction": 0.1})
                 rows.append(r)
@@ -353,6 +355,8 @@ def test_math_report_from_synthetic_files(tmp_path):
     assert "| 3–4 | 3 | 0.583 ± 0.144 | 1.000 | 0.500 | 60.0 | — | — | — |" in md
     # serl block 1–2: only iteration 2 was scored (3 seeds): W 1.02 in [0.82, 1.18], |Δ| 0.02
     assert "| 1.020 [0.820, 1.180] (3 it.) | 0.0200 | 0.100 |" in md
+    # block 3–4: iteration 3 (half its micro-batches scored) counts, its W mean undiluted: 1.02
+    assert "| 1.020 [0.830, 1.170] (6 it.) | 0.0350 | 0.100 |" in md
     assert "`serl_s1`, iteration 4, problem `gsm8k-train-00003`" in md  # solved with a tool call, latest iteration
     assert "**Failed** — `grpo_s0`, iteration 4" in md
     assert "`gsm8k-test-00000`, `gsm8k-test-00001`, `gsm8k-test-00002`, `gsm8k-test-00003`" in md
