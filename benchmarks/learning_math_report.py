@@ -296,7 +296,7 @@ def signal_table(train, algo: str, seeds: list[int], window: int) -> list[str]:
     the clip bound).
 
     An iteration's ``serl_action_mask/*`` values are means over its micro-batches. One whose teacher
-    scored no row logs ``empty_target_batch`` 1 and ``weight_mean`` 1 (as the original does) and no
+    scored no row logs ``empty_target_batch`` 1 and ``weight_mean`` 1 (docs/serl_modes.md) and no
     other key, so an iteration counts as scored when its ``empty_target_batch`` e < 1, and its W
     mean over the scored micro-batches is (``weight_mean`` − e) / (1 − e); min, max, |Δ| and the
     clipped share already are."""
