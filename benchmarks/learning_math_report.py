@@ -22,8 +22,8 @@ The keys read:
   ``critic/advantages/nonzero_group_fraction`` (groups kept by the std filter),
   ``timing/iteration_s`` and SERL's ``serl_action_mask/{weight_mean,weight_min,weight_max,
   delta_abs_mean,clipped_fraction}``, counted only on iterations where
-  ``serl_action_mask/empty_target_batch`` is 0 (otherwise the teacher scored no token and the
-  weights are the placeholder 1).
+  ``serl_action_mask/empty_target_batch`` is below 1 (otherwise the teacher scored no token and
+  the weights are the placeholder 1; see :func:`signal_table` for the partly scored ones).
 
 ``python benchmarks/learning_report.py --env math --workdir DIR`` (or this file, with the same
 options) rewrites both files of a partial experiment.
