@@ -90,12 +90,34 @@ def cmd_train(args: argparse.Namespace) -> int:
                if k.startswith("episode/") and k.endswith("_success_rate") and k != "episode/success_rate"}
     if by_type:
         print("  per task type: " + ", ".join(f"{k} {v:.2f}" for k, v in by_type.items()))
+    _print_signal(trainer.run_dir / "metrics.jsonl")
     print(f"  run folder:  {trainer.run_dir}")
     print(f"  config:      {trainer.run_dir / 'config.yaml'}")
     print(f"  metrics:     {trainer.run_dir / 'metrics.jsonl'} (TensorBoard: {trainer.run_dir / 'tensorboard'})")
     print(f"  checkpoint:  {trainer.run_dir / 'checkpoints'}")
     print(f"  resume with: serl train --resume {trainer.run_dir}")
     return 0
+
+
+def _print_signal(metrics_path: Path) -> None:
+    """The end-of-run line on learning signal: the mean fraction of groups whose advantage was not
+    all 0 (:func:`serl.train.metrics.signal_summary` over every iteration in ``metrics.jsonl``,
+    resumed ones included), and a one-line warning on stderr when no iteration had any."""
+    from serl.train.metrics import signal_summary
+    from serl.utils import jsonl_lines
+
+    if not metrics_path.exists():
+        return
+    with open(metrics_path, encoding="utf-8", errors="replace") as f:
+        s = signal_summary(rec for _, _, rec, _ in jsonl_lines(f) if isinstance(rec, dict))
+    if not s["iterations"]:
+        return
+    print(f"  groups with an advantage: {s['group_fraction']:.2f} (mean over {int(s['iterations'])} iterations; "
+          f"{int(s['iterations_with_signal'])} had at least one)")
+    if not s["iterations_with_signal"]:
+        print("serl: warning: no group carried an advantage in any iteration (every group's rollouts scored "
+              "alike), so nothing was learned; train on tasks the policy sometimes wins (env.task_types, "
+              "env.max_steps, a cold start: README 'From a cold start to learning')", file=sys.stderr)
 
 
 def check_train_data(cfg) -> None:

@@ -206,3 +206,24 @@ def advantage_signal_metrics(advantages: torch.Tensor, group_index: torch.Tensor
     signal = set(group_index[nonzero].tolist())
     return {"critic/advantages/nonzero_fraction": int(nonzero.sum()) / max(1, len(advantages)),
             "critic/advantages/nonzero_group_fraction": len(signal) / max(1, len(groups))}
+
+
+def signal_summary(records: Iterable[dict]) -> dict[str, float]:
+    """How much of a whole run carried learning signal, from its per-iteration metrics records
+    (``metrics.jsonl`` lines, as :class:`MetricsLogger` writes them).
+
+    Args:
+        records: dicts with ``critic/advantages/nonzero_group_fraction`` (records without it, e.g.
+            evaluation-only lines, are skipped).
+
+    Returns:
+        ``iterations`` (records counted), ``iterations_with_signal`` (those whose fraction is > 0)
+        and ``group_fraction`` (the mean over those records of the fraction of kept groups whose
+        advantage is not all 0; NaN when no record has it). ``iterations_with_signal == 0`` with
+        ``iterations > 0`` means the run computed only zero gradients from its policy-gradient loss.
+    """
+    fractions = [float(r["critic/advantages/nonzero_group_fraction"]) for r in records
+                 if "critic/advantages/nonzero_group_fraction" in r]
+    return {"iterations": float(len(fractions)),
+            "iterations_with_signal": float(sum(f > 0 for f in fractions)),
+            "group_fraction": sum(fractions) / len(fractions) if fractions else float("nan")}

@@ -1,0 +1,75 @@
+"""The default run carries learning signal: it draws games of the cold start's task types, and
+``serl train`` says at the end how many groups had an advantage (and warns when none did)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from serl.cli import _print_signal
+from serl.configure import load_config
+from serl.train import env_pool
+from serl.train.metrics import signal_summary
+
+
+def test_signal_summary_counts_iterations_and_averages_the_group_fraction():
+    recs = [{"iteration": 1, "critic/advantages/nonzero_group_fraction": 0.5},
+            {"iteration": 2, "critic/advantages/nonzero_group_fraction": 0.0},
+            {"iteration": 2, "val/success_rate": 0.3},  # an eval-only record: skipped
+            {"iteration": 3, "critic/advantages/nonzero_group_fraction": 1.0}]
+    assert signal_summary(recs) == {"iterations": 3.0, "iterations_with_signal": 2.0, "group_fraction": 0.5}
+    empty = signal_summary([{"iteration": 1}])
+    assert empty["iterations"] == 0 and math.isnan(empty["group_fraction"])
+
+
+def _metrics(tmp_path, fractions):
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"iteration": i + 1, "critic/advantages/nonzero_group_fraction": f})
+             for i, f in enumerate(fractions)]
+    path.write_text("\n".join(lines) + "\n{\"iteration\": 9, \"crit")  # a torn last line is skipped
+    return path
+
+
+def test_the_end_of_run_line_and_the_warning_when_nothing_was_learned(tmp_path, capsys):
+    _print_signal(_metrics(tmp_path, [0.5, 0.25]))
+    out, err = capsys.readouterr()
+    assert "groups with an advantage: 0.38 (mean over 2 iterations; 2 had at least one)" in out
+    assert err == ""
+    _print_signal(_metrics(tmp_path, [0.0, 0.0]))
+    out, err = capsys.readouterr()
+    assert "groups with an advantage: 0.00 (mean over 2 iterations; 0 had at least one)" in out
+    assert err.count("\n") == 1 and "warning" in err and "nothing was learned" in err
+    _print_signal(tmp_path / "missing.jsonl")  # no metrics file: nothing printed
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_default_run_draws_the_cold_starts_task_types_from_the_shipped_games(monkeypatch):
+    monkeypatch.delenv("SERL_DATA", raising=False)
+    cfg = load_config("cpu", [])
+    assert cfg.model.path == "smollm2-135m-alfworld-sft"
+    tasks = env_pool.list_tasks(cfg, cfg.env.train_split)
+    assert {t.task_type for t in tasks} == {"look_at_obj_in_light", "pick_and_place_simple"}
+    # the four shipped games chosen by the cold start's wins at T = 1 (serl/data/alfworld/SOURCE.md)
+    assert sorted(t.task_id.split("/")[-3] for t in tasks) == [
+        "look_at_obj_in_light-AlarmClock-None-DeskLamp-323", "look_at_obj_in_light-AlarmClock-None-DeskLamp-327",
+        "pick_and_place_simple-AlarmClock-None-Shelf-310", "pick_and_place_simple-Book-None-ArmChair-229"]
+    # 2 iterations x 2 tasks: every shipped game once
+    assert cfg.trainer.total_training_steps * cfg.data.train_batch_size == len(tasks)
+
+
+@pytest.mark.slow
+def test_a_tiny_default_run_prints_the_signal_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The README's command on the tiny model's path: the end-of-run summary names the signal."""
+    from serl.cli import main
+
+    monkeypatch.delenv("SERL_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    rc = main(["train", f"model.path={tiny_model_dir}", "trainer.total_training_steps=1", "env.max_steps=2",
+               "data.max_response_length=8", "trainer.progress=false"])
+    assert rc == 0
+    out, err = capsys.readouterr()
+    assert "groups with an advantage: " in out and "(mean over 1 iterations;" in out
+    # the random tiny model wins nothing: its groups carry no advantage, and the run says so
+    assert "nothing was learned" in err
