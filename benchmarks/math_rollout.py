@@ -1,16 +1,27 @@
-"""Math rollout throughput: trajectories per minute of the tool agent loop, and the sandbox's share.
+"""Math rollout throughput: trajectories per minute of the tool agent loop, the machine's limits
+beside it, and the sandbox's share.
 
-Two cases on the same GSM8K train problems, in one run:
+Cases on the same GSM8K train problems, in one run:
 
-* ``model``: the real policy (SmolLM2-135M-Instruct, or ``--model``) with the hf engine playing
+* ``before``: the real policy (``cpu_math``'s model, the shipped math SFT, or ``--model``),
+  loaded as the trainer loads it, with the hf engine as it was before the turn cache (every turn
+  prefills the whole conversation again; ``rollout.micro_batch_size`` of the recipe), playing
   ``--problems`` problems × ``--n`` episodes through :class:`serl.rollout.tool_loop.ToolAgentLoop`
-  and the real env workers and local sandbox, with ``cpu_math``'s lengths. The base model seldom
-  writes a tool call, so its sandbox share is near zero;
+  with the real env workers and local sandbox and ``cpu_math``'s lengths;
+* ``after``: the same with the engine's turn cache (:mod:`serl.rollout.turn_cache`: a turn
+  prefills only what it appended) and ``--micro-batch`` prompts per decode batch (default: the
+  recipe's, as ``before``, so both sample the same tokens up to float rounding);
 * ``tool-heavy``: the same loop and envs with a scripted engine (no model time) whose every
   episode makes ``max_turns - 1`` tool calls (the most the loop runs) and answers in its last
   turn: the wall time of the sandbox and env workers at their worst. Its share of a rollout is
   that wall time over itself plus the real model's measured seconds per round (one engine call
   per turn index) times the rounds.
+
+The limits, measured in the same run: memory read bandwidth (a sum over 512 MiB), the GEMM peak in
+the dtype (a 2048³ matmul), and the decode-step floor: the bytes of the weights one decode step
+reads (every linear layer and the LM head) over that bandwidth. Each case prints its prefill
+tokens per second against the GEMM peak's tokens per second (2 × parameters FLOPs a token) and
+its decode milliseconds per step against the floor.
 
 Printed first: CPU model and dtype. ::
 
@@ -50,23 +61,103 @@ class ToolHeavyEngine:
         return out
 
 
-def play(cfg, engine, tok, tasks, n):
+class ForwardClock:
+    """Times the model's forwards during a rollout: prefill (more than one token a row) and decode
+    (one token a row) apart, with their tokens, steps and rows."""
+
+    def __init__(self, model):
+        self.model, self.forward = model, model.forward
+        self.prefill_s = self.decode_s = 0.0
+        self.prefill_tokens = self.decode_steps = self.decode_rows = 0
+
+    def __enter__(self):
+        def timed(**kw):
+            t = time.perf_counter()
+            out = self.forward(**kw)
+            dt, (rows, width) = time.perf_counter() - t, kw["input_ids"].shape
+            if width > 1:
+                self.prefill_s += dt
+                self.prefill_tokens += rows * width
+            else:
+                self.decode_s += dt
+                self.decode_steps += 1
+                self.decode_rows += rows
+            return out
+
+        self.model.forward = timed
+        return self
+
+    def __exit__(self, *exc):
+        del self.model.forward  # the instance attribute: back to the class's forward
+
+
+def play(cfg, engine, tok, tasks, n, model=None):
     pool = env_pool.make_pool(cfg, len(tasks) * n)
+    clock = ForwardClock(model) if model is not None else None
     try:
         loop = env_pool.rollout_loop(cfg, pool, engine, tok)
         params = SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=1.0, do_sample=True, seed=0)
+        if clock:
+            clock.__enter__()
         t0 = time.perf_counter()
         groups = loop.collect(tasks, n, params)
         wall = time.perf_counter() - t0
     finally:
+        if clock:
+            clock.__exit__()
         pool.close()
     trajs = [t for g in groups for t in g.trajectories]
     turns = [t.steps[0].info["assistant_turns"] for t in trajs]
-    return {"trajectories": len(trajs), "wall_s": wall, "trajectories_per_min": 60 * len(trajs) / wall,
-            "assistant_turns": sum(turns), "rounds": max(turns), "sandbox_calls": loop.last_metrics["tool/executions"],
-            "sandbox_s": loop.last_metrics["tool/sandbox_s"],
-            "sampled_tokens": sum(sum(t.steps[0].loss_mask) for t in trajs),
-            "response_tokens_mean": loop.last_metrics["rollout/response_tokens_mean"]}
+    out = {"trajectories": len(trajs), "wall_s": wall, "trajectories_per_min": 60 * len(trajs) / wall,
+           "assistant_turns": sum(turns), "rounds": max(turns), "sandbox_calls": loop.last_metrics["tool/executions"],
+           "sandbox_s": loop.last_metrics["tool/sandbox_s"],
+           "sampled_tokens": sum(sum(t.steps[0].loss_mask) for t in trajs),
+           "response_tokens_mean": loop.last_metrics["rollout/response_tokens_mean"]}
+    out["sampled_tokens_per_s"] = out["sampled_tokens"] / wall
+    if clock:
+        out.update(prefill_s=clock.prefill_s, prefill_tokens=clock.prefill_tokens, decode_s=clock.decode_s,
+                   decode_steps=clock.decode_steps,
+                   decode_ms_per_step=1000 * clock.decode_s / max(1, clock.decode_steps),
+                   decode_rows_per_step=clock.decode_rows / max(1, clock.decode_steps))
+    stats = getattr(getattr(engine, "turn_cache", None), "take_stats", None)
+    if stats is not None:
+        out.update({f"turn_cache_{k}": v for k, v in stats().items()})
+    return out
+
+
+def read_bandwidth(mib: int = 512, reps: int = 5) -> float:
+    """Best bytes per second of summing a ``mib`` MiB float32 tensor (a streaming read)."""
+    x = torch.ones(mib * 2**18)
+    x.sum()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best
+
+
+def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    """Best FLOP per second of an ``n×n @ n×n`` matmul in ``dtype`` with torch's threads."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.matmul(a, b)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def decode_weight_bytes(model) -> int:
+    """Bytes of the weights one decode step reads: every ``nn.Linear`` (the LM head included; an
+    embedding lookup reads only its rows)."""
+    seen, total = set(), 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear) and id(m.weight) not in seen:
+            seen.add(id(m.weight))
+            total += m.weight.numel() * m.weight.element_size()
+    return total
 
 
 def main() -> None:
@@ -74,40 +165,70 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=8)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--model", default=None, help="model.path (default: cpu_math's)")
+    ap.add_argument("--micro-batch", type=int, default=0,
+                    help="prompts per decode batch of the 'after' case (0 = the recipe's rollout.micro_batch_size, "
+                         "as 'before': the same batches, so the same samples up to float rounding)")
+    ap.add_argument("--cases", default="before,after,tool-heavy", help="comma-separated subset to run")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     over = [f"model.path={args.model}"] if args.model else []
     cfg = load_config("cpu_math", over)
-    from transformers import AutoModelForCausalLM
-
-    from serl.models.loading import load_tokenizer, resolve_model_path
+    from serl.models.loading import load_causal_lm, load_tokenizer, pick_dtype, resolve_model_path
 
     path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
     tok = load_tokenizer(path)
-    dtype = torch.bfloat16 if "AVX512" in cpu_kind() or "AMX" in cpu_kind() else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    dtype = pick_dtype("auto", "cpu")
+    model = load_causal_lm(path, dtype, "cpu").eval()  # as the trainer loads it (serl's decode attention)
+    bw, peak, wbytes = read_bandwidth(), gemm_peak(dtype), decode_weight_bytes(model)
+    params = sum(p.numel() for p in model.parameters())
+    limits = {"read_GB_per_s": bw / 1e9, "gemm_peak_GFLOP_per_s": peak / 1e9,
+              "decode_weight_MB": wbytes / 1e6, "decode_floor_ms": 1000 * wbytes / bw,
+              "prefill_peak_tokens_per_s": peak / (2 * params)}
     print(f"{cpu_kind()}; dtype {str(dtype).removeprefix('torch.')}; torch threads {torch.get_num_threads()}")
+    print(f"limits: read {limits['read_GB_per_s']:.1f} GB/s, GEMM peak {limits['gemm_peak_GFLOP_per_s']:.0f} GFLOP/s; "
+          f"a decode step reads {limits['decode_weight_MB']:.0f} MB of weights: floor {limits['decode_floor_ms']:.1f} ms; "
+          f"prefill at the GEMM peak {limits['prefill_peak_tokens_per_s']:.0f} tokens/s")
     tasks = env_pool.list_tasks(cfg, "gsm8k:train")[: args.problems]
-    real = play(cfg, HFEngine(model, tok, micro_batch_size=cfg.rollout.micro_batch_size), tok, tasks, args.n)
-    heavy = play(cfg, ToolHeavyEngine(tok, cfg.env.math["max_turns"]), tok, tasks, args.n)
-    # the loop generates turn k of every active episode in one engine call: a "round"
-    model_s_per_round = real["wall_s"] / real["rounds"]
-    share = heavy["wall_s"] / (heavy["wall_s"] + model_s_per_round * heavy["rounds"])
-    real["sampled_tokens_per_s"] = real["sampled_tokens"] / real["wall_s"]
+    cases = args.cases.split(",")
+    res: dict = {"limits": limits}
+    if "before" in cases:
+        engine = HFEngine(model, tok, micro_batch_size=cfg.rollout.micro_batch_size)
+        engine.turn_cache = None  # every turn prefills the whole conversation (the engine before the turn cache)
+        res["before"] = play(cfg, engine, tok, tasks, args.n, model)
+    if "after" in cases:
+        engine = HFEngine(model, tok, micro_batch_size=args.micro_batch or cfg.rollout.micro_batch_size)
+        res["after"] = play(cfg, engine, tok, tasks, args.n, model)
+    if "tool-heavy" in cases:
+        res["tool_heavy"] = play(cfg, ToolHeavyEngine(tok, cfg.env.math["max_turns"]), tok, tasks, args.n)
     # ru_maxrss is KiB on Linux: this process (model, engine, loop); the env workers are children
-    rss = {"peak_rss_mib_main": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "peak_rss_mib_largest_worker": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
-    print(json.dumps({"model": real, "tool_heavy": heavy, **rss}, indent=1))
-    print(f"model rollout: {real['trajectories_per_min']:.1f} trajectories/min "
-          f"({real['trajectories']} in {real['wall_s']:.1f} s, {real['response_tokens_mean']:.0f} response tokens each, "
-          f"{real['sandbox_calls']:.0f} sandbox calls taking {real['sandbox_s']:.2f} s); "
-          f"{real['sampled_tokens_per_s']:.1f} sampled tokens/s; peak RSS {rss['peak_rss_mib_main']:.0f} MiB "
-          f"(largest env worker {rss['peak_rss_mib_largest_worker']:.0f} MiB)")
-    print(f"tool-heavy: {heavy['sandbox_calls']:.0f} sandbox calls ({heavy['sandbox_s']:.2f} s summed over calls), "
-          f"{heavy['wall_s']:.2f} s wall for the loop without a model; with the model's {model_s_per_round:.1f} s per "
-          f"round of {heavy['rounds']} rounds, the sandbox and env workers would be {100 * share:.1f}% of the rollout")
+    res.update(peak_rss_mib_main=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               peak_rss_mib_largest_worker=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    print(json.dumps(res, indent=1))
+    for name in ("before", "after"):
+        if name not in res:
+            continue
+        r = res[name]
+        print(f"{name}: {r['trajectories_per_min']:.1f} trajectories/min ({r['trajectories']} in {r['wall_s']:.1f} s, "
+              f"{r['response_tokens_mean']:.0f} response tokens each, {r['sampled_tokens_per_s']:.1f} sampled tokens/s); "
+              f"prefill {r['prefill_tokens']} tokens in {r['prefill_s']:.1f} s "
+              f"({r['prefill_tokens'] / max(r['prefill_s'], 1e-9):.0f} tokens/s vs peak {limits['prefill_peak_tokens_per_s']:.0f}); "
+              f"decode {r['decode_steps']} steps of {r['decode_rows_per_step']:.1f} rows in {r['decode_s']:.1f} s "
+              f"({r['decode_ms_per_step']:.1f} ms/step vs floor {limits['decode_floor_ms']:.1f})")
+    if "before" in res and "after" in res:
+        print(f"after / before: {res['after']['trajectories_per_min'] / res['before']['trajectories_per_min']:.2f}x "
+              "trajectories/min")
+    if "tool_heavy" in res:
+        real, heavy = res.get("after") or res.get("before"), res["tool_heavy"]
+        if real:
+            model_s_per_round = real["wall_s"] / real["rounds"]
+            share = heavy["wall_s"] / (heavy["wall_s"] + model_s_per_round * heavy["rounds"])
+            print(f"tool-heavy: {heavy['sandbox_calls']:.0f} sandbox calls ({heavy['sandbox_s']:.2f} s summed), "
+                  f"{heavy['wall_s']:.2f} s wall for the loop without a model; with the model's "
+                  f"{model_s_per_round:.1f} s per round of {heavy['rounds']} rounds, the sandbox and env workers "
+                  f"would be {100 * share:.1f}% of the rollout")
+    print(f"peak RSS {res['peak_rss_mib_main']:.0f} MiB (largest env worker {res['peak_rss_mib_largest_worker']:.0f} MiB)")
 
 
 if __name__ == "__main__":

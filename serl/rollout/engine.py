@@ -40,7 +40,9 @@ class RolloutEngine(Protocol):
       plus per response the engine's log-prob (nats) of each sampled token at the sampling
       temperature, ``[resp_len]`` floats (or None when it has none);
     - ``sync_weights() -> None``: take the policy's current weights (called after every update
-      and after a resume).
+      and after a resume);
+    - ``reset_prefix_cache() -> None``: drop what was kept from earlier calls (called when a
+      rollout ends, :func:`release_engine_cache`).
     """
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
@@ -66,6 +68,15 @@ def sync_engine_weights(engine: RolloutEngine) -> None:
     sync = getattr(engine, "sync_weights", None)
     if sync is not None:
         sync()
+
+
+def release_engine_cache(engine: RolloutEngine) -> None:
+    """Let ``engine`` drop what it kept from its last calls for the next ones (its
+    ``reset_prefix_cache``, if it has one): called when a rollout ends, so the ``hf`` engine's
+    turn cache (:mod:`serl.rollout.turn_cache`) is not held through the update."""
+    reset = getattr(engine, "reset_prefix_cache", None)
+    if reset is not None:
+        reset()
 
 
 def logprob_gap_metrics(engine_log_probs: Sequence[Optional[Sequence[float]]],
@@ -120,7 +131,10 @@ class HFEngine:
             the padded batch (the former path). Used only with the default cache, on models
             whose layers all use full attention (:func:`~serl.rollout.prefill.supports_prefilled_cache`).
         prefix_caching: with ``unpadded_prefill``, run identical prompts once
-            (``rollout.enable_prefix_caching``: a group's G episodes share their first prompt).
+            (``rollout.enable_prefix_caching``: a group's G episodes share their first prompt),
+            and keep each call's keys and values for the next call, so a prompt that extends an
+            earlier prompt and reply (a multi-turn conversation's next turn) prefills only what
+            was appended (:mod:`serl.rollout.turn_cache`; vLLM's automatic prefix caching).
 
     Prompts are sorted by length before batching so each micro-batch carries little padding;
     results come back in the caller's order. Measured on CPU (BENCHMARKS.md, "Throughput"): the
@@ -135,6 +149,8 @@ class HFEngine:
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int = 32,
                  cache_implementation: Optional[str] = None, compile_decode: bool = False,
                  unpadded_prefill: bool = True, prefix_caching: bool = True):
+        from serl.rollout.turn_cache import TurnCache
+
         if compile_decode and cache_implementation != "static":
             raise ValueError("compile_decode needs cache_implementation='static' (a compilable cache)")
         from serl.rollout.prefill import supports_prefilled_cache
@@ -148,6 +164,19 @@ class HFEngine:
         self.compile_decode = compile_decode
         self.pad_id = tokenizer.pad_token_id
         self.eos_ids = self._eos_ids(model, tokenizer)
+        #: the previous call's keys and values (None: off); see :mod:`serl.rollout.turn_cache`
+        self.turn_cache = TurnCache() if self.unpadded_prefill and prefix_caching else None
+
+    def reset_prefix_cache(self) -> None:
+        """Drop the keys and values kept from the last call (a rollout ended: free the memory
+        before the update). The name is vLLM's ``LLM.reset_prefix_cache``."""
+        if self.turn_cache is not None:
+            self.turn_cache.clear()
+
+    def sync_weights(self) -> None:
+        """The policy's weights changed: the kept keys and values are stale (the version check
+        in :meth:`generate` would drop them too)."""
+        self.reset_prefix_cache()
 
     @staticmethod
     def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
@@ -170,6 +199,10 @@ class HFEngine:
         out: list[list[int] | None] = [None] * len(prompts)
         was_training = self.model.training
         self.model.eval()
+        if self.turn_cache is not None:
+            from serl.rollout.turn_cache import weights_version
+
+            self.turn_cache.begin(weights_version(self.model))
         try:
             for s in range(0, len(order), self.micro_batch_size):
                 idx = order[s : s + self.micro_batch_size]
@@ -187,11 +220,13 @@ class HFEngine:
                     eos_token_id=sorted(self.eos_ids),
                 )
                 kwargs.update(self._cache_kwargs())
+                prefilled = None
                 if self.unpadded_prefill and width > 1:
                     from serl.rollout.prefill import CACHE_ARG, prefilled_cache
 
-                    kwargs[CACHE_ARG] = prefilled_cache(self.model, [prompts[i] for i in idx], width,
-                                                        params.max_new_tokens, dedup=self.prefix_caching)
+                    prefilled = prefilled_cache(self.model, [prompts[i] for i in idx], width, params.max_new_tokens,
+                                                dedup=self.prefix_caching, turn_cache=self.turn_cache)
+                    kwargs[CACHE_ARG] = prefilled
                 if params.do_sample:
                     kwargs.update(temperature=params.temperature, top_p=params.top_p,
                                   top_k=params.top_k if params.top_k > 0 else 0)
@@ -203,9 +238,24 @@ class HFEngine:
                 resp = seqs[:, width:].tolist()
                 for r, i in enumerate(idx):
                     out[i] = self._trim(resp[r])
+                if self.turn_cache is not None and prefilled is not None:
+                    self._keep(prefilled, [prompts[i] for i in idx], [out[i] for i in idx], width)
+            if self.turn_cache is not None:
+                self.turn_cache.commit()
         finally:
             self.model.train(was_training)
         return out  # type: ignore[return-value]
+
+    def _keep(self, cache, prompts: list[list[int]], replies: list[list[int]], width: int) -> None:
+        """Hand the turn cache each row's sequence and views of its keys and values in ``cache``
+        (the call's :class:`~serl.rollout.prefill.PreallocatedLayer` buffers): row ``r``'s prompt
+        is right-aligned at column ``width``, its reply follows, and every token but the reply's
+        last was fed (so its keys and values are written)."""
+        for r, (p, reply) in enumerate(zip(prompts, replies)):
+            seq = (p + reply)[:-1]
+            start = width - len(p)
+            self.turn_cache.add(seq, [(layer._key_buffer[r, :, start : start + len(seq)],
+                                       layer._value_buffer[r, :, start : start + len(seq)]) for layer in cache.layers])
 
     def _cache_kwargs(self) -> dict[str, Any]:
         """``generate`` arguments of the cache kind and the compiled decode step."""

@@ -18,12 +18,14 @@ decode step's keys and values in place. The attention mask still hides the left 
 position ids still come from it, so every real token sees the keys and positions it would see
 in the padded batch: the tokens equal plain ``generate``'s up to float rounding
 (tests/test_throughput_paths.py). vLLM does the same with its paged KV cache and prefix caching;
-serl's design for the ``hf`` engine.
+serl's design for the ``hf`` engine. Across calls, a prompt that extends the previous call's
+prompt and reply (a multi-turn conversation's next turn) takes that prefix's keys and values
+from :class:`serl.rollout.turn_cache.TurnCache` and runs only the tokens after it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import torch
 from packaging.version import Version
@@ -32,6 +34,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+    from serl.rollout.turn_cache import TurnCache
 
 
 #: the name of the KV cache in transformers' ``generate`` and model ``forward`` arguments and in model
@@ -99,7 +103,7 @@ def supports_prefilled_cache(model: "PreTrainedModel") -> bool:
 
 @torch.no_grad()
 def prefilled_cache(model: "PreTrainedModel", prompts: list[list[int]], width: int, new_tokens: int,
-                    dedup: bool = True):
+                    dedup: bool = True, turn_cache: Optional["TurnCache"] = None):
     """The KV cache of a left-padded batch's prompts, all but each prompt's last token, for
     ``generate`` to continue from (see the module docstring).
 
@@ -113,6 +117,9 @@ def prefilled_cache(model: "PreTrainedModel", prompts: list[list[int]], width: i
         dedup: identical prompts are run once and their keys/values copied (verl's and vLLM's
             ``enable_prefix_caching`` for whole prompts: a group's G episodes share their first
             prompt).
+        turn_cache: the keys and values of the previous call's sequences
+            (:class:`serl.rollout.turn_cache.TurnCache`): a prompt that begins with one of them
+            (a multi-turn conversation's next turn) runs only the tokens after that prefix.
 
     Returns:
         A transformers ``Cache`` of :class:`PreallocatedLayer`\\ s holding ``width − 1`` positions
@@ -135,9 +142,7 @@ def prefilled_cache(model: "PreTrainedModel", prompts: list[list[int]], width: i
         head = prompts[rows[0]][:-1]
         if not head:  # a one-token prompt: nothing to prefill, its columns stay padding
             continue
-        out = model(input_ids=torch.tensor([head], device=device), use_cache=True, logits_to_keep=1)
-        for layer_idx, layer in enumerate(getattr(out, CACHE_ARG).layers):
-            k, v = layer.keys, layer.values  # [1, KV, n, D]
+        for layer_idx, (k, v) in enumerate(_head_kv(model, head, device, turn_cache)):  # [1, KV, n, D]
             if layer_idx == len(keys):
                 keys.append(k.new_zeros((len(prompts), k.shape[1], capacity, k.shape[3])))
                 values.append(v.new_zeros((len(prompts), v.shape[1], capacity, v.shape[3])))
@@ -148,3 +153,30 @@ def prefilled_cache(model: "PreTrainedModel", prompts: list[list[int]], width: i
     if not keys:
         raise ValueError("every prompt has one token: nothing to prefill")
     return Cache(layers=[PreallocatedLayer(k, v, width - 1) for k, v in zip(keys, values)])
+
+
+def _head_kv(model: "PreTrainedModel", head: list[int], device, turn_cache: Optional["TurnCache"]
+             ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer the keys and values ``[1, KV, len(head), D]`` of ``head``: its longest prefix
+    found in ``turn_cache`` copied, the rest run through ``model`` on top of it (all of it when
+    nothing matches)."""
+    n, kept = turn_cache.match(head) if turn_cache is not None else (0, None)
+    n = min(n, len(head))
+    if turn_cache is not None:
+        turn_cache.reused_tokens += n
+        turn_cache.prefilled_tokens += len(head) - n
+    if kept is not None and n == len(head):
+        for k, v in kept:
+            yield k[None, :, :n], v[None, :, :n]
+        return
+    past = {}
+    if kept is not None:
+        layers = []
+        for k, v in kept:
+            kb, vb = k.new_empty((1, k.shape[0], len(head), k.shape[2])), v.new_empty((1, v.shape[0], len(head), v.shape[2]))
+            kb[0, :, :n], vb[0, :, :n] = k[:, :n], v[:, :n]
+            layers.append(PreallocatedLayer(kb, vb, n))
+        past = {CACHE_ARG: Cache(layers=layers)}
+    out = model(input_ids=torch.tensor([head[n:]], device=device), use_cache=True, logits_to_keep=1, **past)
+    for layer in getattr(out, CACHE_ARG).layers:
+        yield layer.keys, layer.values

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from serl.config import Config
 from serl.envs.base import Task, get_env_class
-from serl.rollout.engine import SamplingParams
+from serl.rollout.engine import SamplingParams, release_engine_cache
 from serl.train import env_pool
 from serl.train.metrics import success_by_type
 from serl.train.sample_metrics import aggregate_sample_metrics
@@ -78,6 +78,7 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
                 bar.update(len(part))
     finally:
         pool.close()
+        release_engine_cache(engine)
     return {"metrics": eval_metrics(cfg, trajs, n), "trajectories": trajs}
 
 
