@@ -27,6 +27,7 @@ GOLDEN = FIXTURES / "fixed_seed_metrics.json"
 
 COMMON = [
     "model.lora.r=0",  # pinned with full fine-tuning (the cpu recipe's default before it moved to LoRA)
+    "env.task_types=[]",  # all six types (the cpu recipe's default before it kept the cold start's two)
     "model.dtype=float32", "model.train_dtype=float32",
     "env.max_steps=3", "env.rollout.n=4", "env.num_workers=1",
     "data.train_batch_size=2", "data.max_response_length=40",

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 
 from serl.configure import load_config
 from serl.models.loading import load_causal_lm, resolve_model_path
-from serl.models.lora import POLICY_ADAPTER, TEACHER_ADAPTER, AdapterView, adapter_parameters
+from serl.models.lora import (POLICY_ADAPTER, TEACHER_ADAPTER, AdapterView, adapter_parameters, adapter_scalings,
+                              is_peft_model, merged_weights)
 from serl.train.batch import UpdateBatch
 from serl.train.checkpoint import latest_checkpoint
 from serl.train.trainer import Trainer
@@ -40,8 +41,9 @@ def _is_adapter(name: str, adapter: str) -> bool:
 def test_one_lora_iteration_changes_only_the_policy_adapter(tiny_model_dir, tmp_path):
     tr = Trainer(_cfg(tiny_model_dir, tmp_path))
     try:
-        # one base model: no rollout copy, the teacher and the reference share the policy's modules
-        assert tr.rollout_model is tr.policy
+        # one base model for training: the teacher and the reference share the policy's modules;
+        # the hf engine samples from a plain copy with the adapter merged in (rollout.merge_lora)
+        assert not is_peft_model(tr.rollout_model) and tr.rollout_model is not tr.policy
         assert tr.teacher.model.peft_model is tr.policy and tr.ref.model.peft_model is tr.policy
         trainable = {k for k, p in tr.policy.named_parameters() if p.requires_grad}
         assert trainable and all(_is_adapter(k, POLICY_ADAPTER) for k in trainable)
@@ -53,6 +55,10 @@ def test_one_lora_iteration_changes_only_the_policy_adapter(tiny_model_dir, tmp_
         changed = {k for k in before if not torch.equal(before[k], after[k])}
         assert changed, "no parameter changed"
         assert all(_is_adapter(k, POLICY_ADAPTER) for k in changed), sorted(changed)[:5]
+        # the merged rollout copy followed the update: W + s·B·A of the trained adapter
+        merged = merged_weights(after, adapter_scalings(tr.policy))
+        for name, p in tr.rollout_model.named_parameters():
+            assert torch.equal(p, merged[name].to(p.dtype)), name
         # scoring with the teacher / the reference restored the trained adapter and its flags
         assert tr.policy.active_adapter == POLICY_ADAPTER
         assert {k for k, p in tr.policy.named_parameters() if p.requires_grad} == trainable
@@ -175,3 +181,35 @@ def test_lora_run_folder_as_model_path(tiny_model_dir, tmp_path, monkeypatch):
     with torch.no_grad():
         assert not torch.allclose(base(input_ids=ids).logits, a, atol=1e-3)
     assert latest_checkpoint(tmp_path / "run").exists()
+
+
+def test_merge_lora_off_samples_from_the_policy_itself(tiny_model_dir, tmp_path):
+    tr = Trainer(_cfg(tiny_model_dir, tmp_path, **{"rollout.merge_lora": "false"}))
+    try:
+        assert tr.rollout_model is tr.policy and tr.models.lora_scalings is None
+    finally:
+        tr.close()
+
+
+def test_merged_copy_computes_what_the_adapter_computes(tiny_model_dir):
+    """W + s·B·A in float32 equals PEFT's forward with the adapter (float32 throughout)."""
+    from serl.models.loading import load_causal_lm
+    from serl.models.lora import apply_lora, merged_copy
+
+    cfg = load_config("cpu", ["model.lora.r=4"])
+    policy = apply_lora(load_causal_lm(str(tiny_model_dir), torch.float32, "cpu"), cfg.model.lora).eval()
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    plain = merged_copy(policy, torch.float32)
+    assert not is_peft_model(plain) and not any(".lora_" in n for n, _ in plain.named_parameters())
+    ids = torch.randint(5, 200, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, got = policy(input_ids=ids).logits, plain(input_ids=ids).logits
+        with policy.disable_adapter():
+            base = policy(input_ids=ids).logits
+    assert (want - base).abs().max() > 1e-3  # the adapter matters
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(KeyError):
+        merged_weights({}, adapter_scalings(policy))

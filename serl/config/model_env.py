@@ -255,6 +255,12 @@ class RolloutConfig:
     #: cache allocated once for the prompts and the replies, then decode the batch
     #: (serl.rollout.prefill); false = transformers ``generate`` on the left-padded batch
     unpadded_prefill: bool = True
+    #: with LoRA (``model.lora.r > 0``) and the hf engine: sample from a plain copy of the policy
+    #: in the inference dtype with the adapter merged into its weights (re-merged after every
+    #: update), not through PEFT's per-layer adapter matmuls. Costs one copy of the base weights
+    #: (~0.27 GB for SmolLM2-135M in bf16); the update still recomputes the log-probs with the
+    #: policy itself. false = sample from the PEFT policy (serl before 2026-11-26)
+    merge_lora: bool = True
     temperature: float = 1.0
     top_p: float = 1.0
     #: -1 = no top-k (verl convention)

@@ -226,3 +226,83 @@ def merged_lora_model(model, lo: "ModelLoraConfig", adapter_sd: dict[str, torch.
     peft_model = apply_lora(model, lo)
     AdapterView(peft_model, POLICY_ADAPTER).load_state_dict(adapter_sd, strict=True)
     return peft_model.merge_and_unload()
+
+
+def adapter_scalings(policy, adapter: str = POLICY_ADAPTER) -> dict[str, float]:
+    """``{plain-model module name: scaling}`` of every LoRA layer of a PEFT model for ``adapter``
+    (``lora_alpha / r``, as PEFT's ``LoraLayer.scaling``). The names are those of the unwrapped
+    model (``model.layers.0.self_attn.q_proj``), the keys :func:`merged_weights` needs.
+
+    Raises:
+        ValueError: a LoRA layer uses DoRA or ``fan_in_fan_out`` (not merged here).
+    """
+    prefix = "base_model.model."
+    out = {}
+    for name, m in policy.named_modules():
+        scaling = getattr(m, "scaling", None)
+        if isinstance(scaling, dict) and adapter in scaling and hasattr(m, "base_layer"):
+            if getattr(m, "fan_in_fan_out", False) or getattr(m, "use_dora", {}).get(adapter, False):
+                raise ValueError(f"{name}: DoRA / fan_in_fan_out LoRA layers are not merged by serl")
+            out[name.removeprefix(prefix)] = float(scaling[adapter])
+    return out
+
+
+def merged_weights(params: dict[str, torch.Tensor], scalings: dict[str, float],
+                   adapter: str = POLICY_ADAPTER) -> dict[str, torch.Tensor]:
+    """The parameters of the plain model that a PEFT LoRA policy computes with ``adapter`` active.
+
+    For a LoRA linear layer ``X`` (``y = W x + s · B A x``, Hu et al., arXiv 2106.09685 Eq. 3) the
+    merged weight is ``W + s · B @ A``, computed in float32; other adapters (SERL's teacher) are
+    left out; every other parameter is passed through under its plain name.
+
+    Args:
+        params: the PEFT model's ``{name: tensor}`` (``base_model.model.X.base_layer.weight``,
+            ``...X.lora_A.<adapter>.weight`` ``[r, in]``, ``...X.lora_B.<adapter>.weight`` ``[out, r]``).
+        scalings: :func:`adapter_scalings` of the model.
+
+    Returns:
+        ``{plain name: tensor}`` (``X.weight`` ``[out, in]`` float32 for the merged layers; the
+        others as given).
+
+    Raises:
+        KeyError: a layer of ``scalings`` lacks its base weight or one of its adapter matrices.
+    """
+    prefix = "base_model.model."
+    out: dict[str, torch.Tensor] = {}
+    for name, t in params.items():
+        plain = name.removeprefix(prefix)
+        if ".lora_" in plain or ".base_layer." in plain:
+            continue
+        out[plain] = t
+    for layer, s in scalings.items():
+        w = params[f"{prefix}{layer}.base_layer.weight"].float()
+        a = params[f"{prefix}{layer}.lora_A.{adapter}.weight"].float()
+        b = params[f"{prefix}{layer}.lora_B.{adapter}.weight"].float()
+        out[f"{layer}.weight"] = torch.addmm(w, b, a, alpha=s)
+        bias = params.get(f"{prefix}{layer}.base_layer.bias")
+        if bias is not None:
+            out[f"{layer}.bias"] = bias
+    return out
+
+
+def merged_copy(policy, dtype: torch.dtype):
+    """A plain (non-PEFT) copy of a LoRA policy in ``dtype`` with its adapter merged into the
+    weights: what the hf engine samples from with ``rollout.merge_lora`` (one GEMM per linear
+    layer instead of three). Refresh it after an update with :func:`merged_weights`."""
+    import copy
+
+    base = policy.get_base_model()
+    plain = copy.deepcopy(base)
+    # unwrap the LoRA layers of the copy: each becomes its base nn.Linear
+    for name, m in list(plain.named_modules()):
+        if hasattr(m, "base_layer") and isinstance(getattr(m, "scaling", None), dict):
+            parent_name, _, child = name.rpartition(".")
+            setattr(plain.get_submodule(parent_name) if parent_name else plain, child, m.base_layer)
+    plain = plain.to(dtype).eval().requires_grad_(False)
+    if getattr(plain.config, "use_cache", None) is False:
+        plain.config.use_cache = True
+    with torch.no_grad():
+        src = merged_weights({k: p.detach() for k, p in policy.named_parameters()}, adapter_scalings(policy))
+        for name, p in plain.named_parameters():
+            p.copy_(src[name].to(p.dtype))
+    return plain

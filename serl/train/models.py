@@ -16,7 +16,7 @@ import torch
 
 from serl.config import Config
 from serl.models.loading import load_causal_lm, load_tokenizer, pick_dtype, resolve_model_path
-from serl.models.lora import POLICY_ADAPTER, AdapterView, apply_lora
+from serl.models.lora import POLICY_ADAPTER, AdapterView, adapter_scalings, apply_lora, merged_copy, merged_weights
 from serl.models.teacher import AdapterReference, AdapterTeacher, Teacher
 from serl.rollout.engine import sync_engine_weights
 from serl.train.grad_ckpt import prepare_checkpointing
@@ -37,6 +37,8 @@ class PolicyModels:
         teacher: SERL's lagged teacher (SERL on), else None.
         ref: the frozen KL reference θ0 (``actor.use_kl_loss``), else None; never checkpointed.
         lora: the policy is a LoRA adapter on a frozen base (``model.lora.r > 0``).
+        lora_scalings: with LoRA and ``rollout.merge_lora``, the policy's
+            :func:`~serl.models.lora.adapter_scalings` (the rollout model is then a merged copy).
     """
 
     model_path: str
@@ -49,6 +51,7 @@ class PolicyModels:
     teacher: Optional[Any]
     ref: Optional[Any]
     lora: bool = False
+    lora_scalings: Optional[dict[str, float]] = None
 
     def autocast(self):
         """The update's autocast context (a no-op in float32)."""
@@ -71,6 +74,8 @@ class PolicyModels:
         ``full_parameters(policy)`` gives its full ``{name: tensor}`` (FSDP: all-gathered)."""
         if self.rollout_model is not self.policy:
             src = full_parameters(self.policy)
+            if self.lora_scalings is not None:  # a merged copy: W + s·B·A of the policy adapter
+                src = merged_weights(src, self.lora_scalings)
             for name, p in self.rollout_model.named_parameters():
                 p.copy_(src[name].detach().to(p.dtype))
         sync_engine_weights(engine)
@@ -122,6 +127,11 @@ def _lora_models(cfg: Config, path: str, tokenizer, device: str, infer_dtype: to
     base_dtype = infer_dtype if autocast_dtype == infer_dtype else torch.float32
     policy = apply_lora(_load_policy_base(cfg, path, base_dtype, device), cfg.model.lora)
     policy.eval()  # train mode only inside the update (get_peft_model leaves it in train mode)
+    # rollout.merge_lora: the hf engine samples from a plain copy with the adapter merged in (one
+    # GEMM per linear layer instead of PEFT's three), re-merged after every update
+    merge = cfg.rollout.merge_lora and cfg.rollout.engine != "vllm"
+    rollout_model = merged_copy(policy, infer_dtype) if merge else policy
     teacher = AdapterTeacher(policy) if cfg.algorithm.serl.enable else None
     ref = AdapterReference(policy) if cfg.actor.use_kl_loss else None
-    return PolicyModels(path, tokenizer, device, infer_dtype, autocast_dtype, policy, policy, teacher, ref, lora=True)
+    return PolicyModels(path, tokenizer, device, infer_dtype, autocast_dtype, policy, rollout_model, teacher, ref,
+                        lora=True, lora_scalings=adapter_scalings(policy) if merge else None)

@@ -346,10 +346,11 @@ class Trainer:
         on every rank). FSDP (``trainer.strategy=fsdp``): the policy is sharded in place; the
         rollout model must not be (generation runs per rank for different numbers of decode
         steps, and each sharded forward is a collective), so a policy that is its own rollout
-        model gets a full copy, taken before sharding."""
+        model gets a full copy, taken before sharding (with LoRA the PEFT model, not a merged
+        copy: ``rollout.merge_lora`` applies to unsharded runs)."""
         m = self.models
-        if self.dist.sharded and m.rollout_model is m.policy:
-            m.rollout_model = Teacher(m.policy, m.infer_dtype).model
+        if self.dist.sharded and (m.rollout_model is m.policy or m.lora_scalings is not None):
+            m.rollout_model, m.lora_scalings = Teacher(m.policy, m.infer_dtype).model, None
         train_model, optimizer = self.dist.prepare(m.policy, optimizer)
         if self.dist.enabled:
             set_seed(self.cfg.seed + self.dist.rank)
