@@ -102,3 +102,17 @@ def test_match_takes_the_longest_common_prefix():
     assert cache.match([9] * 40) == (0, None)
     with pytest.raises(ValueError, match="positions"):
         cache.add(a, kv(3))
+
+
+def test_engine_metrics_report_the_reused_share_and_reset(model_and_tok):
+    from serl.rollout.engine import engine_metrics
+
+    model, tok = model_and_tok
+    engine = HFEngine(model, tok, 4)
+    _play(engine, _conversations(), 2, SamplingParams(max_new_tokens=3, do_sample=False), [7, 8])
+    m = engine_metrics(engine)
+    first = sum(len(p) - 1 for p in _conversations())
+    assert m["rollout/prefill_tokens"] == first + 3 * 2  # turn 2: the reply's last token + [7] per row
+    assert 0 < m["rollout/prefill_reused_fraction"] < 1
+    assert engine_metrics(engine) == {}  # counters zeroed by the read
+    assert engine_metrics(object()) == {}

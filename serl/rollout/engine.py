@@ -70,6 +70,15 @@ def sync_engine_weights(engine: RolloutEngine) -> None:
         sync()
 
 
+def engine_metrics(engine: RolloutEngine) -> dict[str, float]:
+    """The engine's own counters since the last call (its optional ``metrics()``; ``{}`` without
+    one): for ``hf``, ``rollout/prefill_tokens`` (prompt tokens run through the model) and
+    ``rollout/prefill_reused_fraction`` (the share of prompt tokens whose keys and values came
+    from the turn cache instead, :mod:`serl.rollout.turn_cache`)."""
+    fn = getattr(engine, "metrics", None)
+    return dict(fn()) if fn is not None else {}
+
+
 def release_engine_cache(engine: RolloutEngine) -> None:
     """Let ``engine`` drop what it kept from its last calls for the next ones (its
     ``reset_prefix_cache``, if it has one): called when a rollout ends, so the ``hf`` engine's
@@ -172,6 +181,18 @@ class HFEngine:
         before the update). The name is vLLM's ``LLM.reset_prefix_cache``."""
         if self.turn_cache is not None:
             self.turn_cache.clear()
+
+    def metrics(self) -> dict[str, float]:
+        """Prefill counters since the last call (:func:`engine_metrics`); ``{}`` when the turn
+        cache is off or nothing was prefilled."""
+        if self.turn_cache is None:
+            return {}
+        s = self.turn_cache.take_stats()
+        total = s["reused_tokens"] + s["prefilled_tokens"]
+        if not total:
+            return {}
+        return {"rollout/prefill_tokens": float(s["prefilled_tokens"]),
+                "rollout/prefill_reused_fraction": s["reused_tokens"] / total}
 
     def sync_weights(self) -> None:
         """The policy's weights changed: the kept keys and values are stale (the version check

@@ -10,7 +10,7 @@ The turn loop itself (prompts, sampling, parsing, env steps) is the env's rollou
 from __future__ import annotations
 
 from serl.config import Config
-from serl.rollout.engine import SamplingParams, release_engine_cache
+from serl.rollout.engine import SamplingParams, engine_metrics, release_engine_cache
 from serl.train import env_pool
 from serl.train.distributed import Distributed
 from serl.train.state import TrainState
@@ -65,12 +65,13 @@ class TrainRollout:
 
         # N > 1: this rank plays its share of the groups; then every rank holds all of them
         loop = self.collector(self.pool, engine, tokenizer)
+        engine_metrics(engine)  # zero the engine's counters: an evaluation may have run since the last rollout
         try:
             groups = loop.collect(self.dist.share(tasks), c.env.rollout.n, train_sampling(c), progress,
                                   reset_results=reset_results)
         finally:
             release_engine_cache(engine)  # the hf engine's turn cache is not needed in the update
-        self.last_metrics = dict(loop.last_metrics)
+        self.last_metrics = {**loop.last_metrics, **engine_metrics(engine)}
         groups = self.dist.gather(groups)
         if state.iteration + 1 < c.trainer.total_training_steps:
             nxt = state.prefetch_tasks(c.data.train_batch_size)
