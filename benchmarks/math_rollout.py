@@ -91,12 +91,13 @@ class ForwardClock:
         del self.model.forward  # the instance attribute: back to the class's forward
 
 
-def play(cfg, engine, tok, tasks, n, model=None):
+def play(cfg, engine, tok, tasks, n, model=None, greedy=False):
     pool = env_pool.make_pool(cfg, len(tasks) * n)
     clock = ForwardClock(model) if model is not None else None
     try:
         loop = env_pool.rollout_loop(cfg, pool, engine, tok)
-        params = SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=1.0, do_sample=True, seed=0)
+        params = SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=1.0, do_sample=not greedy,
+                                seed=0)
         if clock:
             clock.__enter__()
         t0 = time.perf_counter()
@@ -169,6 +170,8 @@ def main() -> None:
                     help="prompts per decode batch of the 'after' case (0 = the recipe's rollout.micro_batch_size, "
                          "as 'before': the same batches, so the same samples up to float rounding)")
     ap.add_argument("--cases", default="before,after,tool-heavy", help="comma-separated subset to run")
+    ap.add_argument("--greedy", action="store_true",
+                    help="greedy decoding: both cases then sample the same tokens up to float rounding")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = ap.parse_args()
     if args.threads:
@@ -196,10 +199,10 @@ def main() -> None:
     if "before" in cases:
         engine = HFEngine(model, tok, micro_batch_size=cfg.rollout.micro_batch_size)
         engine.turn_cache = None  # every turn prefills the whole conversation (the engine before the turn cache)
-        res["before"] = play(cfg, engine, tok, tasks, args.n, model)
+        res["before"] = play(cfg, engine, tok, tasks, args.n, model, args.greedy)
     if "after" in cases:
         engine = HFEngine(model, tok, micro_batch_size=args.micro_batch or cfg.rollout.micro_batch_size)
-        res["after"] = play(cfg, engine, tok, tasks, args.n, model)
+        res["after"] = play(cfg, engine, tok, tasks, args.n, model, args.greedy)
     if "tool-heavy" in cases:
         res["tool_heavy"] = play(cfg, ToolHeavyEngine(tok, cfg.env.math["max_turns"]), tok, tasks, args.n)
     # ru_maxrss is KiB on Linux: this process (model, engine, loop); the env workers are children

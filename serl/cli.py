@@ -25,8 +25,9 @@ import signal
 import sys
 from pathlib import Path
 
-# Must precede the first torch import: OpenMP threads spin-waiting would steal the env workers' cores.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Must precede the first torch import (OpenMP reads it once): serl's OpenMP wait policy.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # serl.utils.OPENMP_SPINCOUNT
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 

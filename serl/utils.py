@@ -73,15 +73,26 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+#: how many times an idle OpenMP thread of torch's (GNU libgomp) spins before it sleeps
+#: (``GOMP_SPINCOUNT``; libgomp's default is 300,000 spins, 0 with ``OMP_WAIT_POLICY=PASSIVE``)
+OPENMP_SPINCOUNT = "10000"
+
+
 def configure_cpu_threads(num_threads: int | None) -> int:
     """Apply serl's CPU thread policy and return the torch thread count.
 
-    OpenMP spin-waiting makes HF generation up to 40x slower when env workers share the cores,
-    so ``OMP_WAIT_POLICY=PASSIVE`` is set (effective only before torch initialises OpenMP, which
-    is why :mod:`serl.cli` also sets it before importing torch). ``num_threads`` of ``None`` or
-    ``0`` means all cores.
+    OpenMP threads waiting for work: spinning long (libgomp's default, or
+    ``OMP_WAIT_POLICY=ACTIVE``) steals the cores of env workers that run beside the model (HF
+    generation was seen up to 40x slower so); never spinning (``PASSIVE``, serl's setting before
+    2026-11-26) puts every thread to sleep between the ~400 small operators of a decode step, which
+    made a batch-16 bf16 decode step 1.7x slower (65 vs 39 ms, BENCHMARKS.md "Rollouts at the
+    hardware's pace"). So an idle thread spins :data:`OPENMP_SPINCOUNT` times (microseconds), then
+    sleeps (``GOMP_SPINCOUNT``; set only when the user set no ``OMP_WAIT_POLICY``, and effective
+    only before torch initialises OpenMP, which is why :mod:`serl.cli` sets it before importing
+    torch). ``num_threads`` of ``None`` or ``0`` means all cores.
     """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPINCOUNT)
     import torch
 
     n = num_threads or os.cpu_count() or 1

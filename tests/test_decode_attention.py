@@ -14,7 +14,7 @@ from serl.rollout.engine import HFEngine, SamplingParams
 from serl.train.batch import collate, response_logprobs
 
 
-@pytest.mark.parametrize("mask_kind", ["none", "bool", "float"])
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float", "all_true", "per_head"])
 def test_decode_attention_matches_sdpa(mask_kind):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -26,7 +26,12 @@ def test_decode_attention_matches_sdpa(mask_kind):
         keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
         keep[0, ..., :5] = False  # row 0 left-padded
         keep[2, ..., :11] = False
-        mask = keep if mask_kind == "bool" else torch.zeros(B, 1, 1, L).masked_fill(~keep, float("-inf"))
+        if mask_kind == "all_true":  # no padding in the batch: the mask is skipped
+            keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
+        if mask_kind == "per_head":  # a mask per query head ([B, H, 1, L]) is grouped per key/value head
+            keep = keep.expand(B, H, 1, L).clone()
+            keep[1, 3, :, :7] = False
+        mask = keep if mask_kind != "float" else torch.zeros(B, 1, 1, L).masked_fill(~keep, float("-inf"))
     module = torch.nn.Module()
     module.num_key_value_groups, module.is_causal = H // KV, True
     ref, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=D ** -0.5)

@@ -57,11 +57,12 @@ def _decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     # a transposed strided operand is ~3.5x slower than this copy plus a contiguous matmul
     # (B=16, L=400, bf16, AVX512-BF16 EPYC: 88 vs 304 us per layer; benchmarks/decode_attention_ab.py).
     scores = torch.matmul(q, key.contiguous().transpose(-1, -2)).float() * scaling  # [B, KV, G, L]
-    if attention_mask is not None:
-        m = attention_mask.expand(B, H, 1, L).reshape(B, KV, G, L)
+    if attention_mask is not None and not (attention_mask.dtype == torch.bool and bool(attention_mask.all())):
+        # a mask shared by the heads ([B, 1, 1, L], transformers' sdpa mask) broadcasts as it is
+        m = attention_mask if attention_mask.shape[1] == 1 else attention_mask.expand(B, H, 1, L).reshape(B, KV, G, L)
         scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m.float()
     probs = torch.softmax(scores, dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)  # [B, KV, G, D]
+    out = torch.matmul(probs, value.contiguous())  # [B, KV, G, D]; a strided value is copied by matmul anyway, slower
     return out.reshape(B, H, 1, D).transpose(1, 2).contiguous()
 
 
