@@ -23,7 +23,12 @@ reads (every linear layer and the LM head) over that bandwidth. Each case prints
 tokens per second against the GEMM peak's tokens per second (2 × parameters FLOPs a token) and
 its decode milliseconds per step against the floor.
 
-Printed first: CPU model and dtype. ::
+Printed first: CPU model and dtype. The process uses serl's OpenMP policy (``GOMP_SPINCOUNT``,
+:func:`serl.utils.configure_cpu_threads`); ``OMP_WAIT_POLICY=PASSIVE`` in the environment gives
+serl's policy before 2026-11-26 (a process-wide setting: a second invocation). ``--greedy`` decodes
+greedily, so both cases sample the same tokens up to float rounding (at T = 1 one rounding
+difference sends the two cases' samples apart, and trajectories/min then also compares different
+response lengths). ::
 
     PYTHONPATH=$PWD python benchmarks/math_rollout.py --problems 8 --n 4
 """
@@ -32,16 +37,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import time
 
-import torch
+if "OMP_WAIT_POLICY" not in os.environ:  # serl's OpenMP policy (serl.cli), before torch starts OpenMP
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
-from serl.agent.tool_calls import format_tool_call
-from serl.configure import load_config
-from serl.rollout.engine import HFEngine, SamplingParams
-from serl.train import env_pool
-from serl.utils import cpu_kind
+import torch  # noqa: E402
+
+from serl.agent.tool_calls import format_tool_call  # noqa: E402
+from serl.configure import load_config  # noqa: E402
+from serl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
+from serl.train import env_pool  # noqa: E402
+from serl.utils import cpu_kind  # noqa: E402
 
 
 class ToolHeavyEngine:
