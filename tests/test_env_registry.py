@@ -206,7 +206,7 @@ def test_task_types_restrict_the_listed_tasks():
     from serl.envs.base import list_tasks
     from serl.errors import EnvError
 
-    everything = list_tasks(load_config("cpu").env, "train")
+    everything = list_tasks(load_config("cpu", ["env.task_types=[]"]).env, "train")
     assert len({t.task_type for t in everything}) == 6
     cfg = load_config("cpu", ["env.task_types=[pick_and_place_simple,look_at_obj_in_light]"])
     some = list_tasks(cfg.env, "train")

@@ -258,7 +258,7 @@ class RolloutConfig:
     #: with LoRA (``model.lora.r > 0``) and the hf engine: sample from a plain copy of the policy
     #: in the inference dtype with the adapter merged into its weights (re-merged after every
     #: update), not through PEFT's per-layer adapter matmuls. Costs one copy of the base weights
-    #: (~0.27 GB for SmolLM2-135M in bf16); the update still recomputes the log-probs with the
+    #: (SmolLM2-135M: 0.27 GB in bf16, 0.54 GB in float32); the update still recomputes the log-probs with the
     #: policy itself. false = sample from the PEFT policy (serl before 2026-11-26)
     merge_lora: bool = True
     temperature: float = 1.0
