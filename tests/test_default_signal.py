@@ -53,8 +53,8 @@ def test_the_default_run_draws_the_cold_starts_task_types_from_the_shipped_games
     assert {t.task_type for t in tasks} == {"look_at_obj_in_light", "pick_and_place_simple"}
     # the four shipped games chosen by the cold start's wins at T = 1 (serl/data/alfworld/SOURCE.md)
     assert sorted(t.task_id.split("/")[-3] for t in tasks) == [
-        "look_at_obj_in_light-AlarmClock-None-DeskLamp-323", "look_at_obj_in_light-AlarmClock-None-DeskLamp-327",
-        "pick_and_place_simple-AlarmClock-None-Shelf-310", "pick_and_place_simple-Book-None-ArmChair-229"]
+        "look_at_obj_in_light-Book-None-DeskLamp-305", "look_at_obj_in_light-Book-None-DeskLamp-306",
+        "pick_and_place_simple-Book-None-CoffeeTable-229", "pick_and_place_simple-Book-None-Sofa-201"]
     # 2 iterations x 2 tasks: every shipped game once
     assert cfg.trainer.total_training_steps * cfg.data.train_batch_size == len(tasks)
 
