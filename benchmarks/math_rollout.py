@@ -36,15 +36,21 @@ response lengths). ::
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 import json
 import os
 import resource
+import sys
 import time
 
-if "OMP_WAIT_POLICY" not in os.environ:  # serl's OpenMP policy (serl.cli), before torch starts OpenMP
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+from serl.utils import use_openmp_policy  # noqa: E402  (imports no torch)
+
+use_openmp_policy()  # serl's OpenMP policy, as serl.cli: before torch starts OpenMP
 
 import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from limits import gemm_peak, read_bandwidth  # noqa: E402  (benchmarks/limits.py)
 
 from serl.agent.tool_calls import format_tool_call  # noqa: E402
 from serl.configure import load_config  # noqa: E402
@@ -107,14 +113,11 @@ def play(cfg, engine, tok, tasks, n, model=None, greedy=False):
         loop = env_pool.rollout_loop(cfg, pool, engine, tok)
         params = SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=1.0, do_sample=not greedy,
                                 seed=0)
-        if clock:
-            clock.__enter__()
-        t0 = time.perf_counter()
-        groups = loop.collect(tasks, n, params)
-        wall = time.perf_counter() - t0
+        with clock if clock is not None else nullcontext():
+            t0 = time.perf_counter()
+            groups = loop.collect(tasks, n, params)
+            wall = time.perf_counter() - t0
     finally:
-        if clock:
-            clock.__exit__()
         pool.close()
     trajs = [t for g in groups for t in g.trajectories]
     turns = [t.steps[0].info["assistant_turns"] for t in trajs]
@@ -133,30 +136,6 @@ def play(cfg, engine, tok, tasks, n, model=None, greedy=False):
     if stats is not None:
         out.update({f"turn_cache_{k}": v for k, v in stats().items()})
     return out
-
-
-def read_bandwidth(mib: int = 512, reps: int = 5) -> float:
-    """Best bytes per second of summing a ``mib`` MiB float32 tensor (a streaming read)."""
-    x = torch.ones(mib * 2**18)
-    x.sum()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t)
-    return x.numel() * 4 / best
-
-
-def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """Best FLOP per second of an ``n×n @ n×n`` matmul in ``dtype`` with torch's threads."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    torch.matmul(a, b)
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        torch.matmul(a, b)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best
 
 
 def decode_weight_bytes(model) -> int:

@@ -64,6 +64,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
+from limits import gemm_peak  # noqa: E402  (benchmarks/limits.py)
+
 import serl.train.scoring as scoring_mod  # noqa: E402
 import serl.train.update as update_mod  # noqa: E402
 from serl.configure import load_config  # noqa: E402
@@ -109,19 +111,6 @@ class Clock:
     def __exit__(self, *exc):
         self.wall, self.cpu = time.perf_counter() - self._w, time.process_time() - self._c
         return False
-
-
-def gemm_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """Best FLOP per wall second of an ``n×n @ n×n`` matmul in ``dtype`` with torch's current
-    threads: this machine's GEMM peak as the update sees it."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    torch.matmul(a, b)
-    best = float("inf")
-    for _ in range(reps):
-        with Clock() as c:
-            torch.matmul(a, b)
-        best = min(best, c.wall)
-    return 2 * n ** 3 / best
 
 
 def update_flops(model, rows: list[Step]) -> float:

@@ -25,9 +25,9 @@ import signal
 import sys
 from pathlib import Path
 
-# Must precede the first torch import (OpenMP reads it once): serl's OpenMP wait policy.
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")  # serl.utils.OPENMP_SPINCOUNT
+from serl.utils import use_openmp_policy  # serl.utils imports no torch
+
+use_openmp_policy()  # must precede the first torch import: libgomp reads it once
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 

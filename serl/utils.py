@@ -78,6 +78,14 @@ def set_seed(seed: int) -> None:
 OPENMP_SPINCOUNT = "10000"
 
 
+def use_openmp_policy() -> None:
+    """Set serl's OpenMP wait policy for this process (see :func:`configure_cpu_threads`):
+    ``GOMP_SPINCOUNT`` = :data:`OPENMP_SPINCOUNT`, unless the user set ``OMP_WAIT_POLICY`` or
+    ``GOMP_SPINCOUNT``. Effective only before torch is imported (libgomp reads it once)."""
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPINCOUNT)
+
+
 def configure_cpu_threads(num_threads: int | None) -> int:
     """Apply serl's CPU thread policy and return the torch thread count.
 
@@ -91,8 +99,7 @@ def configure_cpu_threads(num_threads: int | None) -> int:
     only before torch initialises OpenMP, which is why :mod:`serl.cli` sets it before importing
     torch). ``num_threads`` of ``None`` or ``0`` means all cores.
     """
-    if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPINCOUNT)
+    use_openmp_policy()
     import torch
 
     n = num_threads or os.cpu_count() or 1

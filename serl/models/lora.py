@@ -228,6 +228,14 @@ def merged_lora_model(model, lo: "ModelLoraConfig", adapter_sd: dict[str, torch.
     return peft_model.merge_and_unload()
 
 
+def _lora_layers(model) -> Iterator[tuple[str, Any]]:
+    """``(name, module)`` of each PEFT LoRA layer of ``model`` (a module with a ``base_layer`` and a
+    per-adapter ``scaling`` dict)."""
+    for name, m in list(model.named_modules()):
+        if hasattr(m, "base_layer") and isinstance(getattr(m, "scaling", None), dict):
+            yield name, m
+
+
 def adapter_scalings(policy, adapter: str = POLICY_ADAPTER) -> dict[str, float]:
     """``{plain-model module name: scaling}`` of every LoRA layer of a PEFT model for ``adapter``
     (``lora_alpha / r``, as PEFT's ``LoraLayer.scaling``). The names are those of the unwrapped
@@ -238,12 +246,11 @@ def adapter_scalings(policy, adapter: str = POLICY_ADAPTER) -> dict[str, float]:
     """
     prefix = "base_model.model."
     out = {}
-    for name, m in policy.named_modules():
-        scaling = getattr(m, "scaling", None)
-        if isinstance(scaling, dict) and adapter in scaling and hasattr(m, "base_layer"):
+    for name, m in _lora_layers(policy):
+        if adapter in m.scaling:
             if getattr(m, "fan_in_fan_out", False) or getattr(m, "use_dora", {}).get(adapter, False):
                 raise ValueError(f"{name}: DoRA / fan_in_fan_out LoRA layers are not merged by serl")
-            out[name.removeprefix(prefix)] = float(scaling[adapter])
+            out[name.removeprefix(prefix)] = float(m.scaling[adapter])
     return out
 
 
@@ -294,10 +301,9 @@ def merged_copy(policy, dtype: torch.dtype):
     base = policy.get_base_model()
     plain = copy.deepcopy(base)
     # unwrap the LoRA layers of the copy: each becomes its base nn.Linear
-    for name, m in list(plain.named_modules()):
-        if hasattr(m, "base_layer") and isinstance(getattr(m, "scaling", None), dict):
-            parent_name, _, child = name.rpartition(".")
-            setattr(plain.get_submodule(parent_name) if parent_name else plain, child, m.base_layer)
+    for name, m in _lora_layers(plain):
+        parent_name, _, child = name.rpartition(".")
+        setattr(plain.get_submodule(parent_name) if parent_name else plain, child, m.base_layer)
     plain = plain.to(dtype).eval().requires_grad_(False)
     if getattr(plain.config, "use_cache", None) is False:
         plain.config.use_cache = True
