@@ -88,9 +88,12 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -107,24 +110,51 @@ class Experiment:
         self.w.mkdir(parents=True, exist_ok=True)
         self.phases_file = self.w / "phases.json"
         self.phases = json.loads(self.phases_file.read_text()) if self.phases_file.exists() else {}
+        self.lock = threading.Lock()  # phases.json is written by the --jobs threads
 
     # ------------------------------------------------------------------ plumbing
-    def serl(self, *argv: str) -> None:
-        """Run one ``serl`` command (printed first); raises ``SystemExit`` with its code on failure."""
+    def serl(self, *argv: str, seconds: float = 0) -> None:
+        """Run one ``serl`` command (printed first); raises ``SystemExit`` with its code on failure.
+        ``seconds`` > 0 caps its wall time: then it gets SIGTERM (serl stops cleanly and keeps its
+        last complete checkpoint; SIGKILL 120 s later), which is not a failure."""
         cmd = [sys.executable, "-m", "serl.cli", *argv]
         print("+ serl " + " ".join(shlex.quote(x) for x in argv), flush=True)
-        r = subprocess.run(cmd)
-        if r.returncode != 0:
-            raise SystemExit(f"learning.py: `serl {argv[0]}` failed with exit code {r.returncode}")
+        proc = subprocess.Popen(cmd)
+        try:
+            proc.wait(timeout=seconds or None)
+        except subprocess.TimeoutExpired:
+            print(f"learning.py: `serl {argv[0]}` reached --train-seconds {seconds:g}; stopping it (SIGTERM)", flush=True)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return
+        if proc.returncode != 0:
+            raise SystemExit(f"learning.py: `serl {argv[0]}` failed with exit code {proc.returncode}")
 
     def timed(self, name: str, fn) -> None:
         """Run ``fn`` and add its wall time to phase ``name`` in ``phases.json`` (atomically)."""
         t0 = time.perf_counter()
         fn()
-        self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
-        tmp = self.phases_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.phases, indent=2))
-        os.replace(tmp, self.phases_file)
+        with self.lock:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - t0
+            tmp = self.phases_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.phases, indent=2))
+            os.replace(tmp, self.phases_file)
+
+    def side_by_side(self, calls: list) -> None:
+        """Run the no-argument callables ``calls``, ``--jobs`` at a time (threads that each wait on
+        ``serl`` processes); the first exception is raised once all have ended."""
+        if self.a.jobs <= 1:
+            for fn in calls:
+                fn()
+            return
+        with ThreadPoolExecutor(self.a.jobs) as pool:
+            futures = [pool.submit(fn) for fn in calls]
+        for f in futures:
+            f.result()
 
     def base(self) -> list[str]:
         """``model.path=--base-model`` when one is set (math), else nothing (the recipe's model)."""
@@ -209,7 +239,10 @@ class Experiment:
 
     def evaluate(self, name: str, iteration: int, source: list[str]) -> None:
         """Panel evaluation of one policy at one iteration, on every panel (skipped if done)."""
-        n = self.a.panel_per_type * self.num_types() if self.a.env == "alfworld" else self.a.panel_size
+        if self.a.env == "alfworld":
+            n = -1 if self.a.panel_per_type < 0 else self.a.panel_per_type * self.num_types()
+        else:
+            n = self.a.panel_size
         for label, split, extra, flags in self.panels(iteration):
             out = self.w / "eval" / name / f"it{iteration:03d}_{label}"
             if (out / "metrics.json").exists():
@@ -227,13 +260,24 @@ class Experiment:
     def rl(self, model: Path) -> None:
         """Seed by seed, chunk by chunk, the algorithms side by side, so that an interrupted
         experiment has comparable points of every algorithm for every finished (seed, chunk)."""
+        starts = [lambda: self.evaluate("sft", 0, [*self.common(), f"model.path={model}"])]
         if self.a.base_eval:
-            self.evaluate("base", 0, [*self.common(), *self.base()])
-        self.evaluate("sft", 0, [*self.common(), f"model.path={model}"])
-        for seed in self.a.seeds:
-            for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every):
+            starts.insert(0, lambda: self.evaluate("base", 0, [*self.common(), *self.base()]))
+        chunks = [(seed, target) for seed in self.a.seeds
+                  for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every)]
+        if self.a.jobs <= 1:
+            self.side_by_side(starts)
+            for seed, target in chunks:
                 for algo in self.a.algos:
                     self.rl_chunk(algo, seed, target, model)
+            return
+        # --jobs: the start panels beside the first runs, then each (seed, chunk)'s runs side by side,
+        # and with as many jobs as runs, every seed of a chunk at once
+        targets = sorted({t for _, t in chunks})
+        for i, target in enumerate(targets):
+            runs = [lambda a=algo, s=seed, t=target: self.rl_chunk(a, s, t, model)
+                    for seed in self.a.seeds for algo in self.a.algos]
+            self.side_by_side((starts if i == 0 else []) + runs)
 
     def rl_chunk(self, algo: str, seed: int, target: int, model: Path) -> None:
         """Train ``<algo>_s<seed>`` up to iteration ``target`` (resuming it), then evaluate it."""
@@ -242,14 +286,30 @@ class Experiment:
         last = self.panels(target)[-1][0]
         if not (self.w / "eval" / name / f"it{target:03d}_{last}" / "metrics.json").exists():
             steps = f"trainer.total_training_steps={target}"
+            cap = self.a.train_seconds
             if (run / "checkpoints").exists():
-                self.timed(f"rl/{algo}", lambda: self.serl("train", "--resume", str(run), steps))
+                self.timed(f"rl/{algo}", lambda: self.serl("train", "--resume", str(run), steps, seconds=cap))
             else:  # a new run; trainer.overwrite moves aside a folder left by a run killed before its first save
                 self.timed(f"rl/{algo}", lambda: self.serl(
                     "train", *self.common(), *algos_for(self.a.env)[algo], f"model.path={model}", f"seed={seed}",
                     f"trainer.output_dir={self.w / 'rl'}", f"trainer.run_name={name}", steps,
-                    "trainer.max_checkpoints_to_keep=1", "trainer.overwrite=true", *self.a.train_override))
+                    "trainer.max_checkpoints_to_keep=1", "trainer.overwrite=true", *self.a.train_override,
+                    seconds=cap))
+            target = self.reached(run, target)
+            if not target:
+                print(f"learning.py: {run} saved no checkpoint in --train-seconds {self.a.train_seconds:g}; "
+                      "no panel for it (a re-run resumes it)", flush=True)
+                return
         self.evaluate(name, target, ["--run", str(run)])
+
+    @staticmethod
+    def reached(run: Path, target: int) -> int:
+        """The iteration of ``run``'s latest checkpoint (``target`` when it got there; fewer when
+        ``--train-seconds`` stopped it first; 0 when it saved none)."""
+        from serl.train.checkpoint import checkpoint_iteration, list_checkpoints
+
+        done = [i for i in (checkpoint_iteration(c) for c in list_checkpoints(run)) if i is not None]
+        return min(max(done, default=0), target)
 
     def run(self) -> None:
         from tqdm.auto import tqdm
@@ -264,9 +324,14 @@ class Experiment:
                 elif phase == "sft":
                     if self.a.sft_model:
                         model = Path(self.a.sft_model).resolve()
+                        if not model.exists() and "/" not in self.a.sft_model:  # a serl model name
+                            from serl.models.loading import resolve_model_path
+
+                            model = Path(resolve_model_path(self.a.sft_model)).resolve()
                         if not (model / "config.json").exists():
                             raise SystemExit(f"learning.py: --sft-model {self.a.sft_model}: no config.json there "
-                                             "(a Hugging Face model folder, e.g. <sft run>/model)")
+                                             "(a Hugging Face model folder, e.g. <sft run>/model, or a serl "
+                                             "model name such as smollm2-135m-alfworld-sft)")
                         self.start_model(model, "--sft-model")
                     else:
                         model = self.start_model(self.sft(), "expert+sft")

@@ -69,14 +69,15 @@ def algos_for(env: str) -> dict[str, list[str]]:
 
 def panel_labels(args: argparse.Namespace, iteration: int | None = None) -> list[tuple[str, str, str]]:
     """The panel evaluations of one policy: ``(folder label, split, mode)``. ALFWorld / WebShop:
-    one sampled evaluation per split, labelled by the split (mode ``sampled``); math: per split a
+    one evaluation per split, labelled by the split, with mode ``--panel-decoding`` (``sampled``
+    at ``rollout.val_temperature``, or ``greedy``); math: per split a
     greedy one (``<split>_greedy``, ``:`` written ``-``; mode ``greedy``) and, with
     ``--panel-avg-k k`` > 0, one with k sampled answers per problem (``<split>_avg<k>``; mode
     ``avg<k>``) — at every evaluation point, or with ``--panel-avg-at ends`` only at ``iteration``
     0 (base, SFT start) and ``--iterations`` (each run's end); ``iteration=None`` lists every label.
     The folder of a policy's evaluation at iteration i is ``eval/<policy>/it<iii>_<label>``."""
     if args.env != "math":
-        return [(s, s, "sampled") for s in args.splits]
+        return [(s, s, args.panel_decoding) for s in args.splits]
     out = []
     ends = iteration is None or args.panel_avg_at == "every" or iteration in (0, args.iterations)
     for s in args.splits:
@@ -108,15 +109,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--expert-seed", type=int, default=0)
     p.add_argument("--expert-min-score", type=float, default=1.0,
                    help="webshop: keep oracle episodes whose score is at least this (1.0 = won)")
-    p.add_argument("--sft-model", help="an SFT model folder (config.json inside) to start RL from instead of "
-                                       "running the expert and sft phases; recorded in the report")
+    p.add_argument("--sft-model", help="an SFT model folder (config.json inside), or a serl model name such as "
+                                       "smollm2-135m-alfworld-sft (the shipped cold start), to start RL from "
+                                       "instead of running the expert and sft phases; recorded in the report")
     p.add_argument("--lora-r", type=int, help="LoRA rank of the SFT (0 = full fine-tuning); default 8, math 0")
     p.add_argument("--algos", nargs="+", help="default grpo serl (alfworld, webshop: choices "
                    f"{sorted(ALGOS)}); grpo spear serl (math: choices {sorted(MATH_ALGOS)})")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--iterations", type=int, help="RL iterations per run; default 10 (alfworld), 3 (webshop), 40 (math)")
     p.add_argument("--eval-every", type=int, help="panel evaluation every this many iterations; default 5 / 3 / 20")
-    p.add_argument("--panel-per-type", type=int, default=4, help="alfworld: panel tasks per task type and split")
+    p.add_argument("--panel-per-type", type=int, default=4,
+                   help="alfworld: panel tasks per task type and split; -1 = every task of the split")
+    p.add_argument("--panel-decoding", choices=["sampled", "greedy"], default="sampled",
+                   help="alfworld, webshop: the panel sampled at rollout.val_temperature with --eval-seed "
+                        "(default) or greedy (math's panel has both, see --panel-avg-k)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run up to this many serl commands side by side: the RL runs of each chunk (every "
+                        "algorithm and seed) and the start panels (one GPU holds several small runs)")
+    p.add_argument("--train-seconds", type=float, default=0,
+                   help="cap each serl train call (one chunk of one run) at this wall time: SIGTERM, then the "
+                        "panel of its last complete checkpoint, labelled with that iteration; 0 = no cap. A "
+                        "re-run resumes the run towards the chunk's iteration")
     p.add_argument("--panel-size", type=int, help="webshop: the panel is test goals 0..N-1 (default 12); math: "
                                                   "the first N problems of each --splits split (default 128)")
     p.add_argument("--panel-avg-k", type=int, default=4,
@@ -150,8 +163,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [x for x in a.algos if x not in table]
     if unknown:
         p.error(f"--algos {unknown}: not an algorithm of --env {a.env}; choose from {sorted(table)}")
-    if a.panel_size < 1 or a.panel_per_type < 1:
-        p.error("--panel-size and --panel-per-type must be >= 1")
+    if a.panel_size < 1 or a.panel_per_type == 0 or a.panel_per_type < -1:
+        p.error("--panel-size must be >= 1 and --panel-per-type >= 1 (or -1: every task)")
+    if a.jobs < 1 or a.train_seconds < 0:
+        p.error("--jobs must be >= 1 and --train-seconds >= 0")
     if a.panel_avg_k < 0 or a.panel_avg_k == 1:
         p.error("--panel-avg-k must be 0 (off) or >= 2 (avg@k needs k samples per problem)")
     if a.expert_rows is not None and a.env != "math":
