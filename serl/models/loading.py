@@ -22,6 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from serl.models.casting import to_dtype
+
 log = logging.getLogger(__name__)
 
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
@@ -376,7 +378,7 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
                 model = PeftModel.from_pretrained(model, folder).merge_and_unload()
         except Exception as e:
             raise ModelLoadError(f"could not apply the adapter {folder!r} to {path!r}: {e}") from e
-        model = model.to(dtype)
+        model = to_dtype(model, dtype)
     from serl.models.attention import use_serl_attention
 
     use_serl_attention(model)  # one-token decode steps without the slow CPU sdpa kernel
@@ -467,7 +469,7 @@ def checkpoint_policy(checkpoint: Path, cfg, dtype, device: str):
         model = merged_lora_model(model, m.lora, weights)
     except RuntimeError as e:
         raise ModelLoadError(f"{checkpoint}: the adapter does not match model.lora of its run: {e}") from e
-    return model.to(dtype)
+    return to_dtype(model, dtype)
 
 
 def run_model_once(run_dir: Path) -> Path:

@@ -21,6 +21,7 @@ import warnings
 import torch
 
 from serl.errors import ConfigError
+from serl.models.casting import to_dtype
 
 if TYPE_CHECKING:
     from serl.config import ModelLoraConfig
@@ -304,7 +305,7 @@ def merged_copy(policy, dtype: torch.dtype):
     for name, m in _lora_layers(plain):
         parent_name, _, child = name.rpartition(".")
         setattr(plain.get_submodule(parent_name) if parent_name else plain, child, m.base_layer)
-    plain = plain.to(dtype).eval().requires_grad_(False)
+    plain = to_dtype(plain, dtype).eval().requires_grad_(False)
     if getattr(plain.config, "use_cache", None) is False:
         plain.config.use_cache = True
     with torch.no_grad():

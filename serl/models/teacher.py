@@ -24,6 +24,7 @@ import torch
 
 from serl.agent.chat import prompt_ids
 from serl.hindsight.rendering import teacher_user_message
+from serl.models.casting import to_dtype
 from serl.models.lora import POLICY_ADAPTER, TEACHER_ADAPTER, AdapterView, add_frozen_adapter_copy, copy_adapter
 
 TRUNCATION_MARK = "[... earlier hindsight omitted ...]\n"
@@ -38,7 +39,7 @@ class Teacher:
     """
 
     def __init__(self, policy, dtype: torch.dtype):
-        self.model = copy.deepcopy(policy).to(dtype)
+        self.model = to_dtype(copy.deepcopy(policy), dtype)
         self.model.eval()
         self.model.requires_grad_(False)
         if getattr(self.model.config, "use_cache", None) is False:
