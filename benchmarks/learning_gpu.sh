@@ -30,6 +30,7 @@ fi
 sha256sum "$GGUF" | tee "$W/logs/gguf.sha256"
 tar xf "$DATA_TAR" -C "$W/data" || exit 1
 source "$(dirname "$0")/gpu_env.sh"
+mkdir -p "$W/run" && paste -sd';' "$W/logs/gpu.txt" | sed 's/;/; /g' > "$W/run/machine.txt"  # the report's Machine line
 left=$(( BUDGET - ($(date +%s) - start) - 15 ))
 echo "learning_gpu.sh: setup took $(( $(date +%s) - start )) s; learning.py gets ${left} s"
 timeout -s TERM -k 30 "$left" python3 benchmarks/learning.py --workdir "$W/run" "$@" 2>&1 | tee "$W/logs/learning.txt"

@@ -140,9 +140,22 @@ FINAL_COLUMNS = {
 }
 
 
-def final_table(evals, algos, seeds, splits, last_it, env: str = "alfworld") -> list[str]:
-    """Success and the env's :data:`FINAL_COLUMNS` per policy, at the SFT start and at iteration
-    ``last_it`` (mean ± std over seeds). WebShop's success is score = 1."""
+def run_ends(evals, algos, seeds, splits) -> dict[str, int]:
+    """``{run name: iteration}``: each run's last iteration evaluated on every split (runs capped
+    by ``--train-seconds`` end at different iterations); runs with no such point are left out."""
+    out = {}
+    for algo in algos:
+        for seed in seeds:
+            name = f"{algo}_s{seed}"
+            its = [it for (p, it, _s) in evals if p == name and all((name, it, x) in evals for x in splits)]
+            if its:
+                out[name] = max(its)
+    return out
+
+
+def final_table(evals, algos, seeds, splits, ends: dict[str, int], env: str = "alfworld") -> list[str]:
+    """Success and the env's :data:`FINAL_COLUMNS` per policy, at the SFT start and at each run's
+    end (:func:`run_ends`; mean ± std over seeds). WebShop's success is score = 1."""
     cols = FINAL_COLUMNS[env]
     lines = ["| policy | split | success | " + " | ".join(h for h, _ in cols) + " |", "|---|---|---|" + "---|" * len(cols)]
     for split in splits:
@@ -151,12 +164,59 @@ def final_table(evals, algos, seeds, splits, last_it, env: str = "alfworld") -> 
             lines.append(f"| SFT start | {split} | {m['success_rate']:.3f} | "
                          + " | ".join(f"{m.get(k, float('nan')):.3f}" for _, k in cols) + " |")
         for algo in algos:
-            ms = [evals[(f"{algo}_s{s}", last_it, split)] for s in seeds if (f"{algo}_s{s}", last_it, split) in evals]
+            runs = [f"{algo}_s{s}" for s in seeds if f"{algo}_s{s}" in ends]
+            ms = [evals[(r, ends[r], split)] for r in runs]
             if not ms:
                 lines.append(f"| {algo} | {split} | not evaluated yet |" + " |" * len(cols))
                 continue
-            lines.append(f"| {algo}, iteration {last_it} | {split} | {mean_std([m['success_rate'] for m in ms])} | "
+            at = ", ".join(str(i) for i in sorted({ends[r] for r in runs}))
+            lines.append(f"| {algo}, iteration {at} | {split} | {mean_std([m['success_rate'] for m in ms])} | "
                          + " | ".join(mean_std([m.get(k, float('nan')) for m in ms]) for _, k in cols) + " |")
+    return lines
+
+
+def panel_won(workdir: Path, policy: str, iteration: int, split: str) -> dict[str, bool]:
+    """``{task_id: won}`` of one panel evaluation (its ``tasks.jsonl``); empty when it is not there."""
+    f = workdir / "eval" / policy / f"it{iteration:03d}_{split}" / "tasks.jsonl"
+    rows = [json.loads(x) for x in f.read_text().split("\n") if x.strip()] if f.exists() else []
+    return {str(r["task_id"]): bool(r["won"]) for r in rows}
+
+
+def paired_table(workdir: Path, algos, seeds, splits, ends: dict[str, int], held_out: list[str]) -> list[str]:
+    """Per run and split, the panel games won at its end vs at the SFT start, paired game by game:
+    games only the end wins (b), games only the start wins (c) and the exact McNemar p
+    (:func:`learning_math_report.mcnemar_p`); then the held-out splits ``held_out`` pooled, and per
+    algorithm every run pooled (the runs share the start's answers, so a pooled p overstates the
+    evidence)."""
+    from learning_math_report import mcnemar_p
+
+    start = {x: panel_won(workdir, "sft", 0, x) for x in splits}
+    lines = ["| run | panel | start won | end won | only the end wins | only the start wins | McNemar p |",
+             "|---|---|---|---|---|---|---|"]
+    for algo in algos:
+        total = [0, 0]
+        runs = [f"{algo}_s{s}" for s in seeds if f"{algo}_s{s}" in ends]
+        for run in runs:
+            pooled = [0, 0, 0, 0]
+            for x in splits:
+                end = panel_won(workdir, run, ends[run], x)
+                both = [t for t in end if t in start[x]]
+                if not both:
+                    continue
+                b = sum(end[t] and not start[x][t] for t in both)
+                c = sum(start[x][t] and not end[t] for t in both)
+                won = (sum(start[x][t] for t in both), sum(end[t] for t in both))
+                lines.append(f"| {run} (iteration {ends[run]}) | {x} ({len(both)}) | {won[0]} | {won[1]} | {b} | {c} "
+                             f"| {mcnemar_p(b, c):.3f} |")
+                if x in held_out:
+                    pooled = [pooled[0] + won[0], pooled[1] + won[1], pooled[2] + b, pooled[3] + c]
+            if len(held_out) > 1:
+                lines.append(f"| {run} | held-out ({' + '.join(held_out)}) | {pooled[0]} | {pooled[1]} | {pooled[2]} "
+                             f"| {pooled[3]} | {mcnemar_p(pooled[2], pooled[3]):.3f} |")
+            total = [total[0] + pooled[2], total[1] + pooled[3]]
+        if len(runs) > 1:
+            lines.append(f"| {algo}, {len(runs)} runs pooled | held-out | | | {total[0]} | {total[1]} "
+                         f"| {mcnemar_p(total[0], total[1]):.3f} |")
     return lines
 
 
@@ -186,9 +246,16 @@ def settings_line(args: argparse.Namespace) -> str:
                 f"score ≥ {args.expert_min_score} kept), SFT LoRA r={args.lora_r}, algorithms {args.algos}, "
                 f"seeds {args.seeds}, {args.iterations} iterations evaluated every {args.eval_every}, panel = "
                 f"WebShop test goals 0–{args.panel_size - 1} on {args.splits}, eval seed {args.eval_seed}.")
-    return (f"Settings: recipe `{args.recipe}`, {args.expert_tasks} expert games, SFT LoRA r={args.lora_r}, "
-            f"algorithms {args.algos}, seeds {args.seeds}, {args.iterations} iterations evaluated every "
-            f"{args.eval_every}, panel {args.panel_per_type} tasks per type on {args.splits}, eval seed {args.eval_seed}.")
+    start = (f"RL from `--sft-model {args.sft_model}`" if getattr(args, "sft_model", None)
+             else f"{args.expert_tasks} expert games, SFT LoRA r={args.lora_r}")
+    per_type = "every task" if args.panel_per_type < 0 else f"{args.panel_per_type} tasks per type"
+    extra = "".join(f"; {name} `{' '.join(v)}`" for name, v in (("overrides", getattr(args, "override", [])),
+                    ("train overrides", getattr(args, "train_override", []))) if v)
+    return (f"Settings: recipe `{args.recipe}`, {start}, algorithms {args.algos}, seeds {args.seeds}, "
+            f"{args.iterations} iterations evaluated every {args.eval_every}"
+            + (f" (each serl train call capped at {args.train_seconds:g} s)" if getattr(args, "train_seconds", 0) else "")
+            + f", panel {per_type} on {args.splits}, {getattr(args, 'panel_decoding', 'sampled')}, eval seed "
+            f"{args.eval_seed}{extra}.")
 
 
 def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, float], cpu: str) -> Path:
@@ -206,14 +273,18 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
     png = Path(args.report_png).resolve() if args.report_png else workdir / "learning.png"
     png.parent.mkdir(parents=True, exist_ok=True)
     plot(curve, png, env, curves(evals, args.algos, args.seeds, args.splits, "webshop_task_score") if ws else None)
-    last_it = max([it for c in curve.values() for it in c] or [0])
+    ends = run_ends(evals, args.algos, args.seeds, args.splits)
     panel = panel_ids(workdir, env)
-    table = final_table(evals, args.algos, args.seeds, args.splits, last_it, "webshop" if ws else "alfworld")
+    table = final_table(evals, args.algos, args.seeds, args.splits, ends, "webshop" if ws else "alfworld")
+    held_out = [x for x in args.splits if x != "train"]  # a train-split panel is the RL games themselves
+    paired = paired_table(workdir, args.algos, args.seeds, args.splits, ends, held_out)
+    machine = (workdir / "machine.txt").read_text().strip() if (workdir / "machine.txt").exists() else (
+        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"dtype {pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU)")
     md = [
         "# Learning experiment" + (": WebShop" if ws else ""), "",
         "Command: `python benchmarks/learning.py " + " ".join(sys.argv[1:]) + "`", "",
-        f"Machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__}, "
-        f"dtype {pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU).", "",
+        f"Machine: {machine}.", "",
         settings_line(args), "",
         *(["## Findings", "", (workdir / "NOTES.md").read_text().strip(), ""] if (workdir / "NOTES.md").exists() else []),
         "## Wall time per phase", "", "| phase | minutes |", "|---|---|",
@@ -221,6 +292,9 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
         "## Panel success" + (", mean score" if ws else "") + " and valid-action ratio (mean ± std over seeds)", "",
         *table, "",
         f"![panel success vs iteration]({os.path.relpath(png, out.parent)})", "",
+        "## Paired per game: each run's end vs the SFT start", "",
+        "A `train` panel holds the RL runs' own games (a fixed pool); the other splits are held out.", "",
+        *paired, "",
         "## Learning signal per iteration", "", *signal_table(train, args.algos, args.seeds, env), "",
         "## Panel", "", *[f"- {s}: " + ", ".join(f"`{i}`" for i in ids) for s, ids in panel.items()], "",
     ]

@@ -143,11 +143,12 @@ def test_math_algorithms_load_as_configs():
 class FakeSerl:
     """Stands in for ``Experiment.serl``: records each argv and writes what the command would."""
 
-    def __init__(self, stop_at=None):
-        self.calls, self.stop_at = [], stop_at
+    def __init__(self, stop_at=None, cap=None):
+        self.calls, self.stop_at, self.cap, self.seconds = [], stop_at, cap, []
 
-    def __call__(self, exp, *argv):
+    def __call__(self, exp, *argv, seconds=0):
         argv = list(argv)
+        self.seconds.append(seconds)
         if self.stop_at is not None and self.stop_at(argv, len(self.calls)):
             raise SystemExit("interrupted")
         self.calls.append(argv)
@@ -160,7 +161,9 @@ class FakeSerl:
             (exp.w / "sft" / "model" / "config.json").write_text("{}")
         elif argv[0] == "train":
             run = Path(opt("--resume")) if "--resume" in argv else Path(kv["trainer.output_dir"]) / kv["trainer.run_name"]
-            (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+            steps = int(kv.get("trainer.total_training_steps", 0))
+            reached = min(steps, self.cap) if self.cap is not None else steps  # a --train-seconds stop
+            (run / "checkpoints" / f"iter_{reached:06d}").mkdir(parents=True, exist_ok=True)
             with open(run / "metrics.jsonl", "a") as f:
                 f.write(json.dumps({"iteration": int(kv["trainer.total_training_steps"]), "episode/success_rate": 0.5}) + "\n")
         elif argv[0] == "eval":
@@ -175,7 +178,7 @@ def _math_args(work, *extra):
 
 
 def _run(args, fake, monkeypatch):
-    monkeypatch.setattr(learning.Experiment, "serl", lambda exp, *argv: fake(exp, *argv))  # a method: gets exp
+    monkeypatch.setattr(learning.Experiment, "serl", lambda exp, *argv, **kw: fake(exp, *argv, **kw))  # gets exp
     monkeypatch.setattr(lmr, "write_math_report", lambda *a: None)  # the report has its own tests below
     learning.Experiment(args).run()
 
@@ -401,3 +404,77 @@ def test_math_report_wall_time_counts_every_finished_iteration():
     lines = lmr.wall_time_lines({"expert": 120.0, "rl/grpo": 60.0}, train, ["grpo", "serl"])
     assert lines[-4:] == ["| expert | 2.0 | — |", "| rl/grpo | 1.0 | 3.5 (3 iterations) |",
                           "| rl/serl | — | 1.5 (1 iteration) |", ""]
+
+
+def _alfworld_args(work, *extra):
+    return parse_args(["--workdir", str(work), "--sft-model", str(work.parent / "start"), "--seeds", "0",
+                       "--iterations", "4", "--eval-every", "4", "--algos", "grpo", "serl",
+                       "--splits", "train", "valid_seen", *extra])
+
+
+def test_alfworld_options_every_game_greedy_jobs_and_errors(tmp_path):
+    a = _alfworld_args(tmp_path / "w", "--panel-per-type", "-1", "--panel-decoding", "greedy", "--jobs", "3",
+                       "--train-seconds", "60")
+    assert (a.panel_per_type, a.jobs, a.train_seconds) == (-1, 3, 60.0)
+    assert learning.Experiment(a).panels(4) == [("train", "train", [], ["--greedy"]),
+                                                ("valid_seen", "valid_seen", [], ["--greedy"])]
+    assert parse_args(["--splits", "valid_seen"]).panel_decoding == "sampled"  # the default, as before
+    for bad in (["--panel-per-type", "0"], ["--panel-per-type", "-2"], ["--jobs", "0"], ["--train-seconds", "-1"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+
+
+def test_alfworld_jobs_and_train_seconds_label_the_panel_with_the_iteration_reached(tmp_path, monkeypatch):
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "config.json").write_text("{}")
+    work = tmp_path / "w"
+    import learning_report
+    monkeypatch.setattr(learning_report, "write_report", lambda *a: None)
+    fake = FakeSerl(cap=3)  # every run stopped by --train-seconds after 3 of its 4 iterations
+    _run(_alfworld_args(work, "--panel-per-type", "-1", "--panel-decoding", "greedy", "--jobs", "3",
+                        "--train-seconds", "60"), fake, monkeypatch)
+    trains = [c for c in fake.calls if c[0] == "train"]
+    assert len(trains) == 2 and all("trainer.total_training_steps=4" in c for c in trains)
+    assert sorted(t for c, t in zip(fake.calls, fake.seconds) if c[0] == "train") == [60, 60]
+    assert all(t == 0 for c, t in zip(fake.calls, fake.seconds) if c[0] == "eval")  # only training is capped
+    evals = sorted(c[-1].split("/eval/")[1] for c in fake.calls if c[0] == "eval")
+    assert evals == ["grpo_s0/it003_train", "grpo_s0/it003_valid_seen", "serl_s0/it003_train",
+                     "serl_s0/it003_valid_seen", "sft/it000_train", "sft/it000_valid_seen"]
+    for c in fake.calls:
+        if c[0] == "eval":
+            assert c[c.index("--num-tasks") + 1] == "-1" and "--greedy" in c
+
+
+def _panel(work: Path, policy: str, it: int, split: str, won: list[bool]) -> None:
+    out = work / "eval" / policy / f"it{it:03d}_{split}"
+    _write(out / "metrics.json", {"success_rate": sum(won) / len(won), "valid_action_ratio": 1.0,
+                                  "admissible_action_ratio": 1.0, "num_tasks": len(won)})
+    (out / "tasks.jsonl").write_text("".join(json.dumps({"task_id": f"{split}/g{i}", "won": w}) + "\n"
+                                             for i, w in enumerate(won)))
+
+
+def test_alfworld_report_pairs_each_run_end_with_the_start_by_hand(tmp_path):
+    import learning_report as lr
+
+    work = tmp_path / "w"
+    T, F = True, False
+    _panel(work, "sft", 0, "valid_seen", [T, T, F, F, F, F])
+    _panel(work, "sft", 0, "valid_unseen", [F, F, F, F])
+    _panel(work, "grpo_s0", 3, "valid_seen", [T, F, T, T, T, F])  # +3 (g2, g3, g4), -1 (g1)
+    _panel(work, "grpo_s0", 3, "valid_unseen", [T, T, F, F])      # +2
+    _panel(work, "grpo_s0", 1, "valid_seen", [F] * 6)             # an earlier point, not the end
+    _panel(work, "serl_s0", 2, "valid_seen", [T, T, F, F, F, F])  # no valid_unseen yet: no end
+    evals = lr.load_evals(work)
+    splits = ["valid_seen", "valid_unseen"]
+    ends = lr.run_ends(evals, ["grpo", "serl"], [0], splits)
+    assert ends == {"grpo_s0": 3}
+    table = lr.paired_table(work, ["grpo", "serl"], [0], splits, ends, splits)
+    assert "| grpo_s0 (iteration 3) | valid_seen (6) | 2 | 4 | 3 | 1 | 0.625 |" in table
+    assert "| grpo_s0 (iteration 3) | valid_unseen (4) | 0 | 2 | 2 | 0 | 0.500 |" in table
+    # pooled held-out: b = 5, c = 1: p = 2 * (1 + 6) / 64
+    assert f"| grpo_s0 | held-out (valid_seen + valid_unseen) | 2 | 6 | 5 | 1 | {2 * 7 / 64:.3f} |" in table
+    assert not [x for x in table if x.startswith("| serl")]
+    final = lr.final_table(evals, ["grpo", "serl"], [0], splits, ends)
+    assert "| grpo, iteration 3 | valid_seen | 0.667 ± 0.000 (n=1) | 1.000 ± 0.000 (n=1) | 1.000 ± 0.000 (n=1) |" in final
+    assert "| serl | valid_seen | not evaluated yet | | |" in final
