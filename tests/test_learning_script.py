@@ -478,3 +478,39 @@ def test_alfworld_report_pairs_each_run_end_with_the_start_by_hand(tmp_path):
     final = lr.final_table(evals, ["grpo", "serl"], [0], splits, ends)
     assert "| grpo, iteration 3 | valid_seen | 0.667 ± 0.000 (n=1) | 1.000 ± 0.000 (n=1) | 1.000 ± 0.000 (n=1) |" in final
     assert "| serl | valid_seen | not evaluated yet | | |" in final
+
+
+def test_alfworld_train_pool_is_the_games_after_the_sft_ones_in_the_expert_order(tmp_path):
+    """--train-pool SKIP:COUNT copies the COUNT train games after the first SKIP of `serl data
+    expert --seed`'s order (the shipped fixture: 4 games of the recipe's two types) and the other
+    panel splits' games of those types; later commands read that folder."""
+    from serl.configure import load_config
+    from serl.envs.base import list_tasks
+    from serl.rollout.expert import pick_tasks
+
+    data = REPO_ROOT / "serl" / "data" / "alfworld"
+    a = parse_args(["--workdir", str(tmp_path / "w"), "--data-dir", str(data), "--sft-model", "x",
+                    "--splits", "train", "valid_unseen", "--train-pool", "1:2", "--expert-seed", "3"])
+    exp = learning.Experiment(a)
+    exp.pool_data()
+    out = tmp_path / "w" / "pool_data"
+    assert a.data_dir == str(out) and f"env.data_dir={out}" in exp.common()
+    order = pick_tasks(list_tasks(load_config("cpu_learn", [f"env.data_dir={data}"]).env, "train"), -1, 3)
+    want = ["/".join(Path(t.task_id).parts[-3:-1]) for t in order[1:3]]
+    assert (out / "POOL.txt").read_text().split() == want
+    assert sorted("/".join(p.parts[-3:-1]) for p in (out / "json_2.1.1" / "train").glob("*/*/game.tw-pddl")) == sorted(want)
+    unseen = sorted(p.name for p in (out / "json_2.1.1" / "valid_unseen").iterdir())
+    assert unseen and all(n.split("-")[0] in ("look_at_obj_in_light", "pick_and_place_simple") for n in unseen)
+    assert len(unseen) == len([p for p in (data / "json_2.1.1" / "valid_unseen").iterdir()
+                               if p.name.split("-")[0] in ("look_at_obj_in_light", "pick_and_place_simple")])
+    exp2 = learning.Experiment(parse_args(["--workdir", str(tmp_path / "w"), "--data-dir", str(data), "--sft-model",
+                                           "x", "--splits", "train", "--train-pool", "1:2"]))
+    exp2.pool_data()  # done once: a re-run reuses it
+    assert (out / "POOL.txt").read_text().split() == want
+    with pytest.raises(SystemExit):
+        learning.Experiment(parse_args(["--workdir", str(tmp_path / "v"), "--data-dir", str(data), "--sft-model", "x",
+                                        "--train-pool", "3:2"])).pool_data()  # 4 games only
+    for bad in (["--train-pool", "2"], ["--train-pool", "-1:2"], ["--train-pool", "1:0"],
+                ["--env", "math", "--data-dir", "d", "--train-pool", "1:2"], ["--train-pool", "1:2"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
