@@ -116,7 +116,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_options import algos_for, panel_labels, parse_args  # noqa: E402  (a sibling script: this folder is on sys.path)
+from learning_options import algos_for, panel_labels, parse_args, split_spec  # noqa: E402  (a sibling script: this folder is on sys.path)
 
 
 class Experiment:
@@ -282,13 +282,15 @@ class Experiment:
         as ``(folder label, split, overrides, flags)``: math's greedy one runs ``--greedy``, its avg@k
         one ``rollout.val_n=k``."""
         out = []
-        for label, split, mode in panel_labels(self.a, iteration):
+        for label, spec, mode in panel_labels(self.a, iteration):
+            split, steps = split_spec(spec)
+            few = [f"env.train_split={split}", f"env.math.max_solution_steps={steps}"] if steps else []
             if mode == "greedy":
-                out.append((label, split, [], ["--greedy"]))
+                out.append((label, split, few, ["--greedy"]))
             elif mode.startswith("avg"):
-                out.append((label, split, [f"rollout.val_n={mode[3:]}"], []))
+                out.append((label, split, [*few, f"rollout.val_n={mode[3:]}"], []))
             else:
-                out.append((label, split, [], []))
+                out.append((label, split, few, []))
         return out
 
     def evaluate(self, name: str, iteration: int, source: list[str]) -> None:
@@ -301,8 +303,9 @@ class Experiment:
             out = self.w / "eval" / name / f"it{iteration:03d}_{label}"
             if (out / "metrics.json").exists():
                 continue
+            k = -1 if any(x.startswith("env.math.max_solution_steps=") for x in extra) else n  # NAME@K: all
             self.timed("eval", lambda: self.serl(
-                "eval", *source, *extra, "--split", split, "--num-tasks", str(n), *flags,
+                "eval", *source, *extra, "--split", split, "--num-tasks", str(k), *flags,
                 "--seed", str(self.a.eval_seed), "--out", str(out)))
 
     def num_types(self) -> int:

@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_options import algos_for, panel_labels  # noqa: E402  (a sibling script: this folder is on sys.path)
+from learning_options import algos_for, panel_labels, split_description, split_label  # noqa: E402  (a sibling script: this folder is on sys.path)
 
 #: metrics.jsonl keys of the per-step signal: (table header, key)
 SIGNAL_KEYS = [("train accuracy", "episode/success_rate"), ("tool-call rate", "tool/trajectory_with_call_fraction"),
@@ -206,8 +206,8 @@ def panel_table(evals, args, split: str, finished: dict[str, list[int]]) -> list
     avg@k, pass@k and the greedy tool-call rate (mean ± std over the seeds evaluated there; at the
     last iteration the finished seeds)."""
     k = args.panel_avg_k
-    g = f"{split.replace(':', '-')}_greedy"
-    s = f"{split.replace(':', '-')}_avg{k}"
+    g = f"{split_label(split)}_greedy"
+    s = f"{split_label(split)}_avg{k}"
     head = "| policy | iteration | greedy accuracy | " + (f"avg@{k} | pass@{k} | " if k else "") + "tool-call rate (greedy) |"
     lines = [head, "|---|---|---|" + ("---|---|" if k else "") + "---|"]
 
@@ -242,7 +242,7 @@ def significance(workdir: Path, evals, args, split: str, finished: dict[str, lis
     """Per algorithm at the last iteration (finished seeds): greedy accuracy and avg@k vs the SFT
     start (exact sign-flip test over seeds) and vs GRPO (exact two-sample permutation test over
     seeds), and the per-problem paired McNemar test vs the SFT start, pooled over seeds."""
-    g, s = f"{split.replace(':', '-')}_greedy", f"{split.replace(':', '-')}_avg{args.panel_avg_k}"
+    g, s = f"{split_label(split)}_greedy", f"{split_label(split)}_avg{args.panel_avg_k}"
     metrics = [("greedy accuracy", g, "success_rate")]
     if args.panel_avg_k:
         metrics.append((f"avg@{args.panel_avg_k}", s, f"acc/mean@{args.panel_avg_k}"))
@@ -345,7 +345,7 @@ def plot_math(train, evals, args, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
-    split = args.splits[0].replace(":", "-")
+    split = split_label(args.splits[0])
     for ci, algo in enumerate(args.algos):
         color = f"C{ci}"
         per_seed = {}
@@ -385,7 +385,7 @@ def plot_math(train, evals, args, path: Path) -> None:
     ax.set_title("training accuracy on each iteration's new problems")
     ax2.set_xlabel("RL iteration (0 = SFT start)")
     ax2.set_ylabel("panel accuracy")
-    ax2.set_title(f"panel: first {args.panel_size} of {args.splits[0]}")
+    ax2.set_title("panel: " + split_description(args.splits[0], args.panel_size).removeprefix("the "))
     for a in (ax, ax2):
         a.grid(alpha=0.3)
         if a.get_legend_handles_labels()[0]:
@@ -447,7 +447,7 @@ def settings_lines(workdir: Path, args: argparse.Namespace) -> list[str]:
             f"RL: recipe `{args.recipe}`, {args.iterations} iterations per run, seeds {args.seeds}, panel evaluation "
             f"every {args.eval_every}; " + (f"train overrides {' '.join(args.train_override)}; " if args.train_override else "")
             + f"algorithms {algos}.", "",
-            f"Panel: the first {args.panel_size} problems of {', '.join(args.splits)}, greedy"
+            f"Panel: {'; '.join(split_description(x, args.panel_size) for x in args.splits)}, greedy"
             + (f" and {args.panel_avg_k} sampled answers per problem (avg@{args.panel_avg_k}, seed {args.eval_seed})"
                if args.panel_avg_k else "") + ".", ""]
 
@@ -493,7 +493,7 @@ def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str,
         status.append(f"{a}: seeds {finished[a] or 'none'} finished"
                       + (f"; in progress {', '.join(partial)}" if partial else ""))
     complete = all(len(finished[a]) == len(args.seeds) for a in args.algos)
-    ids = list(panel_won(workdir, "sft", 0, f"{args.splits[0].replace(':', '-')}_greedy"))  # panel order
+    ids = list(panel_won(workdir, "sft", 0, f"{split_label(args.splits[0])}_greedy"))  # panel order
     md = ["# Learning experiment: math (GSM8K with a code interpreter)", "",
           "Command: `python benchmarks/learning.py " + " ".join(sys.argv[1:]) + "`", "",
           f"Machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__}, dtype "

@@ -67,6 +67,37 @@ def algos_for(env: str) -> dict[str, list[str]]:
     return MATH_ALGOS if env == "math" else ALGOS
 
 
+def split_spec(split: str) -> tuple[str, int]:
+    """A math panel split ``NAME`` or ``NAME@K`` as ``(NAME, K)``: ``gsm8k:test@2`` is every problem of
+    ``gsm8k:test`` whose worked solution has at most 2 calculator steps (440 problems; ``serl eval``
+    with ``env.train_split=NAME env.math.max_solution_steps=K``, the filter ``serl train`` applies to
+    its train split), whatever ``--panel-size``; K = 0 for a plain split (its first ``--panel-size``).
+
+    Raises:
+        ValueError: K is not an integer >= 1.
+    """
+    name, at, k = split.partition("@")
+    if not at:
+        return split, 0
+    if not k.isdigit() or int(k) < 1:
+        raise ValueError(f"panel split {split!r}: the part after @ must be a step count >= 1")
+    return name, int(k)
+
+
+def split_label(split: str) -> str:
+    """The folder label of a panel split: ``gsm8k:test`` -> ``gsm8k-test``, ``gsm8k:test@2`` ->
+    ``gsm8k-test-le2``."""
+    return split.replace(":", "-").replace("@", "-le")
+
+
+def split_description(split: str, panel_size: int) -> str:
+    """In words: ``the first 128 problems of gsm8k:test`` or ``every problem of gsm8k:test with at
+    most 2 calculator steps`` (:func:`split_spec`)."""
+    name, k = split_spec(split)
+    return f"every problem of {name} with at most {k} calculator step{'s' if k > 1 else ''}" if k else \
+        f"the first {panel_size} problems of {name}"
+
+
 def panel_labels(args: argparse.Namespace, iteration: int | None = None) -> list[tuple[str, str, str]]:
     """The panel evaluations of one policy: ``(folder label, split, mode)``. ALFWorld / WebShop:
     one evaluation per split, labelled by the split, with mode ``--panel-decoding`` (``sampled``
@@ -81,9 +112,9 @@ def panel_labels(args: argparse.Namespace, iteration: int | None = None) -> list
     out = []
     ends = iteration is None or args.panel_avg_at == "every" or iteration in (0, args.iterations)
     for s in args.splits:
-        out.append((f"{s.replace(':', '-')}_greedy", s, "greedy"))
+        out.append((f"{split_label(s)}_greedy", s, "greedy"))
         if args.panel_avg_k and ends:
-            out.append((f"{s.replace(':', '-')}_avg{args.panel_avg_k}", s, f"avg{args.panel_avg_k}"))
+            out.append((f"{split_label(s)}_avg{args.panel_avg_k}", s, f"avg{args.panel_avg_k}"))
     return out
 
 
@@ -180,6 +211,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--algos {unknown}: not an algorithm of --env {a.env}; choose from {sorted(table)}")
     if a.panel_size < 1 or a.panel_per_type == 0 or a.panel_per_type < -1:
         p.error("--panel-size must be >= 1 and --panel-per-type >= 1 (or -1: every task)")
+    for split in a.splits:
+        try:
+            if split_spec(split)[1] and a.env != "math":
+                p.error(f"--splits {split}: NAME@K (at most K solution steps) is for --env math")
+        except ValueError as e:
+            p.error(str(e))
     if a.train_pool and (a.env != "alfworld" or not a.data_dir):
         p.error("--train-pool is for --env alfworld with a --data-dir that holds the whole train split")
     if a.jobs < 1 or a.train_seconds < 0:

@@ -514,3 +514,33 @@ def test_alfworld_train_pool_is_the_games_after_the_sft_ones_in_the_expert_order
                 ["--env", "math", "--data-dir", "d", "--train-pool", "1:2"], ["--train-pool", "1:2"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
+
+
+def test_math_panel_of_the_few_step_problems(tmp_path, monkeypatch):
+    """--splits gsm8k:test@2 gsm8k:test: the first panel is every test problem of at most 2 solution
+    steps (serl eval with the train-split filter pointed at the test split), the second the first
+    --panel-size problems."""
+    from learning_options import split_description, split_label, split_spec
+
+    assert split_spec("gsm8k:test@2") == ("gsm8k:test", 2) and split_spec("gsm8k:test") == ("gsm8k:test", 0)
+    assert split_label("gsm8k:test@2") == "gsm8k-test-le2"
+    assert split_description("gsm8k:test@1", 9) == "every problem of gsm8k:test with at most 1 calculator step"
+    for bad in ("gsm8k:test@0", "gsm8k:test@x"):
+        with pytest.raises(ValueError):
+            split_spec(bad)
+        with pytest.raises(SystemExit):
+            _math_args(tmp_path, "--splits", bad)
+    with pytest.raises(SystemExit):
+        parse_args(["--splits", "valid_seen@2"])  # ALFWorld has no solution steps
+    start = tmp_path / "start"
+    start.mkdir()
+    (start / "config.json").write_text("{}")
+    fake = FakeSerl()
+    args = _math_args(tmp_path / "w", "--sft-model", str(start), "--no-base-eval", "--panel-avg-k", "0",
+                      "--seeds", "0", "--algos", "grpo", "--iterations", "2", "--splits", "gsm8k:test@2", "gsm8k:test")
+    _run(args, fake, monkeypatch)
+    evals = [c for c in fake.calls if c[0] == "eval" and "/sft/" in c[-1]]
+    assert evals[0] == ["eval", "recipe=cpu_math", f"model.path={start}", "env.train_split=gsm8k:test",
+                        "env.math.max_solution_steps=2", "--split", "gsm8k:test", "--num-tasks", "-1", "--greedy",
+                        "--seed", "1000", "--out", str(tmp_path / "w" / "eval" / "sft" / "it000_gsm8k-test-le2_greedy")]
+    assert evals[1][3:6] == ["--split", "gsm8k:test", "--num-tasks"] and evals[1][6] == "3"
