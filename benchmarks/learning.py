@@ -299,14 +299,16 @@ class Experiment:
             n = -1 if self.a.panel_per_type < 0 else self.a.panel_per_type * self.num_types()
         else:
             n = self.a.panel_size
+        calls = []
         for label, split, extra, flags in self.panels(iteration):
             out = self.w / "eval" / name / f"it{iteration:03d}_{label}"
             if (out / "metrics.json").exists():
                 continue
             k = -1 if any(x.startswith("env.math.max_solution_steps=") for x in extra) else n  # NAME@K: all
-            self.timed("eval", lambda: self.serl(
-                "eval", *source, *extra, "--split", split, "--num-tasks", str(k), *flags,
-                "--seed", str(self.a.eval_seed), "--out", str(out)))
+            argv = ["eval", *source, *extra, "--split", split, "--num-tasks", str(k), *flags,
+                    "--seed", str(self.a.eval_seed), "--out", str(out)]
+            calls.append(lambda argv=argv: self.timed("eval", lambda: self.serl(*argv)))
+        self.side_by_side(calls)  # with --jobs, a policy's panels side by side too
 
     def num_types(self) -> int:
         from serl.configure import load_config
