@@ -165,9 +165,22 @@ def load_train(workdir: Path) -> dict[str, dict[int, dict[str, Any]]]:
     return out
 
 
-def finished_seeds(evals, algo: str, seeds: list[int], iterations: int, labels: list[str]) -> list[int]:
-    """The seeds of ``algo`` evaluated at iteration ``iterations`` on every panel ``labels``."""
-    return [s for s in seeds if all((f"{algo}_s{s}", iterations, lab) in evals for lab in labels)]
+def run_ends(evals, args, labels: list[str]) -> dict[str, int]:
+    """``{run: iteration}`` of the runs that ended: evaluated at ``--iterations`` on every panel
+    ``labels``; with ``--train-seconds`` (runs stopped early) also a run's last iteration evaluated on
+    every greedy panel (its avg@k panels run at ``--iterations`` only)."""
+    greedy = [lab for lab in labels if lab.endswith("_greedy")]
+    out = {}
+    for algo in args.algos:
+        for seed in args.seeds:
+            run = f"{algo}_s{seed}"
+            if all((run, args.iterations, lab) in evals for lab in labels):
+                out[run] = args.iterations
+            elif getattr(args, "train_seconds", 0):
+                its = [it for (p, it, _l) in evals if p == run and all((run, it, g) in evals for g in greedy)]
+                if its:
+                    out[run] = max(its)
+    return out
 
 
 def pick_examples(workdir: Path, algos: list[str], seeds: list[int]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -229,7 +242,7 @@ def panel_table(evals, args, split: str, finished: dict[str, list[int]]) -> list
             rest = cells([m], [evals[(policy, 0, s)]] if (policy, 0, s) in evals else [], True).split(" | ", 1)[1]
             lines.append(f"| {name} | 0 | {_fmt(m['success_rate'])} ({round(m['success_rate'] * n)}/{n}) | {rest} |")
     for algo in args.algos:
-        for it in range(args.eval_every, args.iterations + 1, args.eval_every):
+        for it in sorted({i for (p, i, lab) in evals if p.startswith(f"{algo}_s") and lab == g}):
             seeds = finished[algo] if it == args.iterations else args.seeds
             ms_g = [evals[(f"{algo}_s{x}", it, g)] for x in seeds if (f"{algo}_s{x}", it, g) in evals]
             ms_s = [evals[(f"{algo}_s{x}", it, s)] for x in seeds if (f"{algo}_s{x}", it, s) in evals]
@@ -238,7 +251,8 @@ def panel_table(evals, args, split: str, finished: dict[str, list[int]]) -> list
     return lines
 
 
-def significance(workdir: Path, evals, args, split: str, finished: dict[str, list[int]]) -> list[str]:
+def significance(workdir: Path, evals, args, split: str, finished: dict[str, list[int]],
+                 ends: Optional[dict[str, int]] = None) -> list[str]:
     """Per algorithm at the last iteration (finished seeds): greedy accuracy and avg@k vs the SFT
     start (exact sign-flip test over seeds) and vs GRPO (exact two-sample permutation test over
     seeds), and the per-problem paired McNemar test vs the SFT start, pooled over seeds."""
@@ -246,13 +260,18 @@ def significance(workdir: Path, evals, args, split: str, finished: dict[str, lis
     metrics = [("greedy accuracy", g, "success_rate")]
     if args.panel_avg_k:
         metrics.append((f"avg@{args.panel_avg_k}", s, f"acc/mean@{args.panel_avg_k}"))
-    last = args.iterations
+    ends = ends or {}
+
+    def last(run: str) -> int:  # a run's end: --iterations, or where --train-seconds stopped it
+        return ends.get(run, args.iterations)
+
     lines = ["| algorithm | metric | seeds above / equal / below the SFT start | mean Δ vs SFT | sign-flip p "
              "| Δ vs grpo | permutation p vs grpo |", "|---|---|---|---|---|---|---|"]
     sentences = []
     for algo in args.algos:
         for name, label, key in metrics:
-            vals = [evals[(f"{algo}_s{x}", last, label)][key] for x in finished[algo]]
+            vals = [evals[(f"{algo}_s{x}", last(f"{algo}_s{x}"), label)][key] for x in finished[algo]
+                    if (f"{algo}_s{x}", last(f"{algo}_s{x}"), label) in evals]
             if not vals or ("sft", 0, label) not in evals:
                 continue
             ref = evals[("sft", 0, label)][key]
@@ -260,7 +279,8 @@ def significance(workdir: Path, evals, args, split: str, finished: dict[str, lis
             above, equal = sum(x > _TIE for x in d), sum(abs(x) <= _TIE for x in d)
             vs = "—", "—"
             if algo != "grpo" and "grpo" in args.algos and finished.get("grpo"):
-                base = [evals[(f"grpo_s{x}", last, label)][key] for x in finished["grpo"]]
+                base = [evals[(f"grpo_s{x}", last(f"grpo_s{x}"), label)][key] for x in finished["grpo"]
+                        if (f"grpo_s{x}", last(f"grpo_s{x}"), label) in evals]
                 vs = f"{statistics.fmean(vals) - statistics.fmean(base):+.3f}", f"{permutation_p(vals, base):.3f}"
             lines.append(f"| {algo} | {name} | {above} / {equal} / {len(d) - above - equal} | "
                          f"{statistics.fmean(d):+.3f} | {sign_flip_p(d):.3f} | {vs[0]} | {vs[1]} |")
@@ -272,7 +292,7 @@ def significance(workdir: Path, evals, args, split: str, finished: dict[str, lis
     for algo in args.algos:
         b = c = 0
         for x in finished[algo]:
-            won = panel_won(workdir, f"{algo}_s{x}", last, g)
+            won = panel_won(workdir, f"{algo}_s{x}", last(f"{algo}_s{x}"), g)
             b += sum(won[t] and not sft_won[t] for t in won if t in sft_won)
             c += sum(sft_won[t] and not won[t] for t in won if t in sft_won)
         if finished[algo] and sft_won:
@@ -365,7 +385,7 @@ def plot_math(train, evals, args, path: Path) -> None:
             if suffix != "greedy" and not args.panel_avg_k:
                 continue
             pts = [(0, [evals[("sft", 0, label)][key]])] if ("sft", 0, label) in evals else []
-            for it in range(args.eval_every, args.iterations + 1, args.eval_every):
+            for it in sorted({i for (p, i, lab) in evals if p.startswith(f"{algo}_s") and lab == label and i > 0}):
                 vals = [evals[(f"{algo}_s{s}", it, label)][key] for s in args.seeds if (f"{algo}_s{s}", it, label) in evals]
                 if vals:
                     pts.append((it, vals))
@@ -481,7 +501,8 @@ def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str,
 
     evals, train = load_panel(workdir), load_train(workdir)
     labels = [lab for lab, _, _ in panel_labels(args)]
-    finished = {a: finished_seeds(evals, a, args.seeds, args.iterations, labels) for a in args.algos}
+    ends = run_ends(evals, args, labels)
+    finished = {a: [x for x in args.seeds if f"{a}_s{x}" in ends] for a in args.algos}
     out = Path(args.report_md).resolve() if args.report_md else workdir / "LEARNING_math.md"
     png = Path(args.report_png).resolve() if args.report_png else workdir / "learning_math.png"
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -505,7 +526,8 @@ def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str,
           *wall_time_lines(phases, train, args.algos)]
     for split in args.splits:
         md += [f"## Panel: {split} (mean ± std over seeds)", "", *panel_table(evals, args, split, finished), "",
-               f"### Significance at iteration {args.iterations}", "", *significance(workdir, evals, args, split, finished)]
+               f"### Significance at each run's end (iteration {', '.join(str(i) for i in sorted(set(ends.values()))) or args.iterations})",
+               "", *significance(workdir, evals, args, split, finished, ends)]
     md += [f"![training accuracy and panel accuracy vs iteration]({os.path.relpath(png, out.parent)})", "",
            f"Left: training accuracy on each iteration's new GSM8K train problems, each seed's moving average "
            f"over {args.smooth_window} iterations, then the mean over seeds; band: min–max over seeds. Right: "

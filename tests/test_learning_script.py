@@ -544,3 +544,25 @@ def test_math_panel_of_the_few_step_problems(tmp_path, monkeypatch):
                         "env.math.max_solution_steps=2", "--split", "gsm8k:test", "--num-tasks", "-1", "--greedy",
                         "--seed", "1000", "--out", str(tmp_path / "w" / "eval" / "sft" / "it000_gsm8k-test-le2_greedy")]
     assert evals[1][3:6] == ["--split", "gsm8k:test", "--num-tasks"] and evals[1][6] == "3"
+
+
+def test_math_report_runs_stopped_by_train_seconds_end_where_they_stopped(tmp_path):
+    """With --train-seconds a run's end is its last greedy panel (no avg@k there): serl seed 2 stopped
+    at iteration 3, solving problems 1, 2, 3 (SFT: 0), and its row and tests use that point."""
+    work = tmp_path / "w"
+    _synthetic_math_workdir(work)
+    import shutil
+    shutil.rmtree(work / "eval" / "serl_s2" / "it004_gsm8k-test_greedy")
+    shutil.rmtree(work / "eval" / "serl_s2" / "it004_gsm8k-test_avg4")
+    d = work / "eval" / "serl_s2" / "it003_gsm8k-test_greedy"
+    _write(d / "metrics.json", {"success_rate": 0.75, "num_tasks": 4, "tool_call_rate": 1.0})
+    _write(d / "tasks.jsonl", [{"task_id": f"gsm8k-test-{i:05d}", "won": i > 0} for i in range(4)])
+    base = ["--env", "math", "--workdir", str(work), "--iterations", "4", "--eval-every", "2", "--panel-size", "4",
+            "--algos", "grpo", "serl", "--smooth-window", "2"]
+    md = lmr.write_math_report(work, parse_args(base + ["--train-seconds", "60"]), {}, "Test CPU").read_text()
+    assert "Status: complete." in md and "### Significance at each run's end (iteration 3, 4)" in md
+    assert "| serl | 3 | 0.750 ± 0.000 (n=1) |" in md
+    # serl per problem: seeds 0, 1 as before (2 + 3 only-RL, 1 only-SFT) plus seed 2 at it. 3 (+3, -1)
+    assert "| serl | 3 | 8 | 2 | 0.109 |" in md
+    without = lmr.write_math_report(work, parse_args(base), {}, "Test CPU").read_text()  # no cap: seed 2 unfinished
+    assert "Status: **partial**" in without and "| serl | 2 | 5 | 1 |" in without
