@@ -295,9 +295,34 @@ def pick_dtype(name: str, device: str):
     return torch.bfloat16 if cpu_supports_bf16() else torch.float32
 
 
+def end_of_turn_token(tok) -> str | None:
+    """The special token that closes an assistant turn in ``tok``'s chat template (``<|im_end|>``
+    for ChatML models such as SmolLM2 and Qwen2.5, ``<|eot_id|>`` for Llama 3), or None when the
+    template puts no special token right after the assistant's text (or cannot be rendered)."""
+    marker = "SERL_END_OF_TURN_PROBE"
+    try:
+        text = tok.apply_chat_template([{"role": "user", "content": "u"}, {"role": "assistant", "content": marker}],
+                                       tokenize=False)
+    except Exception:  # a template that rejects this conversation: nothing to learn from it
+        return None
+    rest = text[text.rfind(marker) + len(marker):] if marker in text else ""
+    for t in sorted(set(tok.all_special_tokens) | {str(x) for x in tok.added_tokens_decoder.values() if x.special},
+                    key=len, reverse=True):
+        if t and rest.startswith(t):
+            return t
+    return None
+
+
 def load_tokenizer(path: str):
     """Load the tokenizer of a resolved model folder, left-padded for batched generation
     (HF ``generate`` needs left padding), with ``pad_token`` defaulting to ``eos_token``.
+
+    ``eos_token`` is the chat template's end of an assistant turn (:func:`end_of_turn_token`) when
+    the two differ: SFT targets end with ``eos_token_id`` and generation stops at it, so it must be
+    the token a reply ends with. transformers 5.17's GGUF conversion of SmolLM2-135M-Instruct set
+    it to ``<|im_start|>`` (the GGUF's own eos is ``<|im_end|>``, and 5.24 reads it so); an SFT run
+    under 5.17 taught replies to end with ``<|im_start|>``, and under another version generation then
+    ran on to the token limit.
 
     A BPE tokenizer whose config asks for ``clean_up_tokenization_spaces`` gets it turned off: that
     clean-up is a WordPiece post-step that would strip real spaces before punctuation, and
@@ -313,10 +338,14 @@ def load_tokenizer(path: str):
     backend = getattr(tok, "backend_tokenizer", None)
     if getattr(tok, "clean_up_tokenization_spaces", False) and type(getattr(backend, "model", None)).__name__ == "BPE":
         tok.clean_up_tokenization_spaces = False
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
     if getattr(tok, "chat_template", None) is None:
         raise ModelLoadError(f"tokenizer at {path!r} has no chat template; serl needs an instruct/chat model")
+    eot = end_of_turn_token(tok)
+    if eot is not None and eot != tok.eos_token:
+        log.debug("tokenizer at %s: eos_token %r -> %r (the chat template's end of turn)", path, tok.eos_token, eot)
+        tok.eos_token = eot
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
     return tok
 
 
