@@ -54,3 +54,24 @@ def test_a_template_without_an_end_of_turn_token_keeps_eos(tmp_path):
     (d / "chat_template.jinja").write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
     tok = load_tokenizer(str(d))
     assert end_of_turn_token(tok) is None and tok.eos_token == "<|im_end|>"
+
+
+def test_a_reply_ends_at_the_end_of_turn_or_at_a_new_turn(tmp_path):
+    """The rollout engine stops a reply at the tokenizer's eos (<|im_end|>) and at the chat template's
+    turn-start token (<|im_start|>, the first token of the generation prompt); a template with no
+    special tokens adds no turn-start stop."""
+    from types import SimpleNamespace
+
+    from serl.models.loading import turn_start_token
+    from serl.rollout.engine import HFEngine
+
+    tok = load_tokenizer(str(TOKENIZER_DIR))
+    assert turn_start_token(tok) == "<|im_start|>"
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=None))
+    assert HFEngine._eos_ids(model, tok) == {tok.convert_tokens_to_ids("<|im_start|>"), tok.eos_token_id} == {1, 2}
+    d = tmp_path / "tok"
+    shutil.copytree(TOKENIZER_DIR, d)
+    (d / "chat_template.jinja").write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                                           "{% if add_generation_prompt %}assistant: {% endif %}")
+    plain = load_tokenizer(str(d))
+    assert turn_start_token(plain) is None and HFEngine._eos_ids(model, plain) == {plain.eos_token_id}

@@ -313,6 +313,25 @@ def end_of_turn_token(tok) -> str | None:
     return None
 
 
+def turn_start_token(tok) -> str | None:
+    """The special token that opens a turn in ``tok``'s chat template: the first token of its
+    generation prompt (``<|im_start|>`` of ``<|im_start|>assistant\n`` for ChatML,
+    ``<|start_header_id|>`` for Llama 3), or None when that prompt starts with no special token
+    (or the template cannot render one)."""
+    msgs = [{"role": "user", "content": "u"}]
+    try:
+        bare = tok.apply_chat_template(msgs, tokenize=False)
+        with_prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    except Exception:  # a template that rejects this conversation: nothing to learn from it
+        return None
+    rest = with_prompt[len(bare):] if with_prompt.startswith(bare) else ""
+    for t in sorted(set(tok.all_special_tokens) | {str(x) for x in tok.added_tokens_decoder.values() if x.special},
+                    key=len, reverse=True):
+        if t and rest.startswith(t):
+            return t
+    return None
+
+
 def load_tokenizer(path: str):
     """Load the tokenizer of a resolved model folder, left-padded for batched generation
     (HF ``generate`` needs left padding), with ``pad_token`` defaulting to ``eos_token``.
