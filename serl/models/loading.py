@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from serl.models.casting import to_dtype
+from serl.models.chat_template import end_of_turn_token
 
 log = logging.getLogger(__name__)
 
@@ -293,43 +294,6 @@ def pick_dtype(name: str, device: str):
     if name == "bfloat16":
         return torch.bfloat16
     return torch.bfloat16 if cpu_supports_bf16() else torch.float32
-
-
-def end_of_turn_token(tok) -> str | None:
-    """The special token that closes an assistant turn in ``tok``'s chat template (``<|im_end|>``
-    for ChatML models such as SmolLM2 and Qwen2.5, ``<|eot_id|>`` for Llama 3), or None when the
-    template puts no special token right after the assistant's text (or cannot be rendered)."""
-    marker = "SERL_END_OF_TURN_PROBE"
-    try:
-        text = tok.apply_chat_template([{"role": "user", "content": "u"}, {"role": "assistant", "content": marker}],
-                                       tokenize=False)
-    except Exception:  # a template that rejects this conversation: nothing to learn from it
-        return None
-    rest = text[text.rfind(marker) + len(marker):] if marker in text else ""
-    for t in sorted(set(tok.all_special_tokens) | {str(x) for x in tok.added_tokens_decoder.values() if x.special},
-                    key=len, reverse=True):
-        if t and rest.startswith(t):
-            return t
-    return None
-
-
-def turn_start_token(tok) -> str | None:
-    """The special token that opens a turn in ``tok``'s chat template: the first token of its
-    generation prompt (``<|im_start|>`` of ``<|im_start|>assistant\n`` for ChatML,
-    ``<|start_header_id|>`` for Llama 3), or None when that prompt starts with no special token
-    (or the template cannot render one)."""
-    msgs = [{"role": "user", "content": "u"}]
-    try:
-        bare = tok.apply_chat_template(msgs, tokenize=False)
-        with_prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    except Exception:  # a template that rejects this conversation: nothing to learn from it
-        return None
-    rest = with_prompt[len(bare):] if with_prompt.startswith(bare) else ""
-    for t in sorted(set(tok.all_special_tokens) | {str(x) for x in tok.added_tokens_decoder.values() if x.special},
-                    key=len, reverse=True):
-        if t and rest.startswith(t):
-            return t
-    return None
 
 
 def load_tokenizer(path: str):
