@@ -175,20 +175,13 @@ def final_table(evals, algos, seeds, splits, ends: dict[str, int], env: str = "a
     return lines
 
 
-def panel_won(workdir: Path, policy: str, iteration: int, split: str) -> dict[str, bool]:
-    """``{task_id: won}`` of one panel evaluation (its ``tasks.jsonl``); empty when it is not there."""
-    f = workdir / "eval" / policy / f"it{iteration:03d}_{split}" / "tasks.jsonl"
-    rows = [json.loads(x) for x in f.read_text().split("\n") if x.strip()] if f.exists() else []
-    return {str(r["task_id"]): bool(r["won"]) for r in rows}
-
-
 def paired_table(workdir: Path, algos, seeds, splits, ends: dict[str, int], held_out: list[str]) -> list[str]:
     """Per run and split, the panel games won at its end vs at the SFT start, paired game by game:
     games only the end wins (b), games only the start wins (c) and the exact McNemar p
     (:func:`learning_math_report.mcnemar_p`); then the held-out splits ``held_out`` pooled, and per
     algorithm every run pooled (the runs share the start's answers, so a pooled p overstates the
     evidence)."""
-    from learning_math_report import mcnemar_p
+    from learning_math_report import mcnemar_p, panel_won
 
     start = {x: panel_won(workdir, "sft", 0, x) for x in splits}
     lines = ["| run | panel | start won | end won | only the end wins | only the start wins | McNemar p |",
