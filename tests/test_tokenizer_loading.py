@@ -27,7 +27,7 @@ def test_eos_is_the_chat_templates_end_of_turn(tmp_path):
     """A tokenizer whose eos is not the token that closes an assistant turn (transformers 5.17's GGUF
     conversion of SmolLM2 gave eos = bos = <|im_start|>) gets eos = <|im_end|>, so SFT targets end
     with it and generation stops at it; pad defaults to it."""
-    from serl.models.chat_template import end_of_turn_token
+    from serl.agent.chat_template import end_of_turn_token
 
     d = tmp_path / "tok"
     shutil.copytree(TOKENIZER_DIR, d)
@@ -47,7 +47,7 @@ def test_eos_is_the_chat_templates_end_of_turn(tmp_path):
 
 
 def test_a_template_without_an_end_of_turn_token_keeps_eos(tmp_path):
-    from serl.models.chat_template import end_of_turn_token
+    from serl.agent.chat_template import end_of_turn_token
 
     d = tmp_path / "tok"
     shutil.copytree(TOKENIZER_DIR, d)
@@ -62,7 +62,7 @@ def test_a_reply_ends_at_the_end_of_turn_or_at_a_new_turn(tmp_path):
     special tokens adds no turn-start stop."""
     from types import SimpleNamespace
 
-    from serl.models.chat_template import turn_start_token
+    from serl.agent.chat_template import turn_start_token
     from serl.rollout.engine import HFEngine
 
     tok = load_tokenizer(str(TOKENIZER_DIR))

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from serl.models.casting import to_dtype
-from serl.models.chat_template import end_of_turn_token
+from serl.agent.chat_template import end_of_turn_token
 
 log = logging.getLogger(__name__)
 

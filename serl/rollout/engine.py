@@ -203,11 +203,11 @@ class HFEngine:
     def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
         """Where a reply ends: the tokenizer's eos (the chat template's end of turn, see
         :func:`serl.models.loading.load_tokenizer`), the model's ``generation_config`` eos, and the
-        template's turn-start token (:func:`~serl.models.chat_template.turn_start_token`): a reply that
+        template's turn-start token (:func:`~serl.agent.chat_template.turn_start_token`): a reply that
         opens a new turn has ended its own. serl's first 200-game ALFWorld cold start, SFT'd where
         eos was ``<|im_start|>``, ends every reply with it; without this stop it wrote a made-up
         next turn up to ``data.max_response_length``."""
-        from serl.models.chat_template import turn_start_token
+        from serl.agent.chat_template import turn_start_token
 
         ids = {tokenizer.eos_token_id}
         start = turn_start_token(tokenizer)
