@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_math_report import mcnemar_p  # noqa: E402  (a sibling script)
+from learning_stats import mcnemar_p  # noqa: E402  (a sibling script)
 
 LOOP_MIN_STEPS = 6
 LOOP_MAX_DISTINCT = 3

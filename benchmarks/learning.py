@@ -85,7 +85,8 @@ prompt tokens per iteration, to check this estimate.
    sampled answers per problem at ``rollout.val_temperature`` / ``val_top_p`` with ``--eval-seed``
    (``..._avg4``: avg@k = ``acc/mean@4``), for the base model (``--base-eval``, default on), the
    SFT start, and every run at every ``--eval-every`` iterations;
-5. ``report`` — :mod:`learning_math_report` (table, per-step signal, plot, significance tests,
+5. ``report`` — :func:`learning_report.write_report`, whose math sections are
+   :mod:`learning_math_report` (table, per-step signal, plot, significance tests,
    example trajectories); ``python benchmarks/learning_report.py --env math --workdir DIR``
    rewrites it from the files of a partial experiment::
 
@@ -399,16 +400,11 @@ class Experiment:
                         self.pool_data()
                     self.rl(model)
                 elif phase == "report":
+                    from learning_report import write_report
+
                     from serl.utils import cpu_model
 
-                    if self.a.env == "math":
-                        from learning_math_report import write_math_report
-
-                        write_math_report(self.w, self.a, self.phases, cpu_model())
-                    else:
-                        from learning_report import write_report
-
-                        write_report(self.w, self.a, self.phases, cpu_model())
+                    write_report(self.w, self.a, self.phases, cpu_model())
 
 
 def main(argv: list[str] | None = None) -> int:

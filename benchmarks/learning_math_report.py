@@ -32,7 +32,6 @@ options) rewrites both files of a partial experiment.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -44,6 +43,8 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from learning_options import algos_for, panel_labels, split_description, split_label  # noqa: E402  (a sibling script: this folder is on sys.path)
+from learning_stats import (_TIE, load_panel, load_train, mcnemar_p, mean_std, moving_average,  # noqa: E402
+                            panel_won, permutation_p, run_ends, seed_band, sign_flip_p)
 
 #: metrics.jsonl keys of the per-step signal: (table header, key)
 SIGNAL_KEYS = [("train accuracy", "episode/success_rate"), ("tool-call rate", "tool/trajectory_with_call_fraction"),
@@ -52,135 +53,17 @@ SIGNAL_KEYS = [("train accuracy", "episode/success_rate"), ("tool-call rate", "t
 SERL_KEYS = ("weight_mean", "weight_min", "weight_max", "delta_abs_mean", "clipped_fraction")
 
 
-# ---------------------------------------------------------------------------- statistics
-def moving_average(values: list[float], window: int) -> list[float]:
-    """Trailing moving average: element i is the mean of ``values[max(0, i-window+1) : i+1]``
-    (the first ``window - 1`` points average what exists). Raises ``ValueError`` for ``window < 1``."""
-    if window < 1:
-        raise ValueError(f"moving_average: window must be >= 1, got {window}")
-    return [statistics.fmean(values[max(0, i - window + 1): i + 1]) for i in range(len(values))]
-
-
-def seed_band(per_seed: dict[int, list[float]]) -> tuple[list[float], list[float], list[float], list[int]]:
-    """Mean, min and max over seeds at each position, and how many seeds have it: ``per_seed`` maps a
-    seed to its curve (curves of different lengths: a position uses the seeds that reach it)."""
-    n = max((len(v) for v in per_seed.values()), default=0)
-    mean, lo, hi, count = [], [], [], []
-    for i in range(n):
-        vals = [v[i] for v in per_seed.values() if i < len(v)]
-        mean.append(statistics.fmean(vals))
-        lo.append(min(vals))
-        hi.append(max(vals))
-        count.append(len(vals))
-    return mean, lo, hi, count
-
-
-def mean_std(values: list[float], digits: int = 3) -> str:
-    """``"0.250 ± 0.050 (n=3)"``: mean and sample std over seeds (std 0 for one value); ``—`` for none."""
-    if not values:
-        return "—"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.{digits}f} ± {sd:.{digits}f} (n={len(values)})"
-
-
-_TIE = 1e-12  # statistics equal up to float rounding count as "at least as extreme"
-
-
-def sign_flip_p(diffs: list[float]) -> float:
-    """Exact two-sided sign-flip (one-sample permutation) test of mean 0: the share of the 2^n
-    sign assignments of ``diffs`` whose |mean| is at least the observed |mean| (Fisher 1935; Good,
-    *Permutation Tests*, 2nd ed., §3.1). With n values the smallest possible p is 2 / 2^n (0.25 for
-    3 seeds). Raises ``ValueError`` for no values or more than 20 (2^20 assignments)."""
-    n = len(diffs)
-    if not 1 <= n <= 20:
-        raise ValueError(f"sign_flip_p: needs 1..20 values, got {n}")
-    obs = abs(sum(diffs))
-    hits = sum(abs(sum(s * d for s, d in zip(signs, diffs))) >= obs - _TIE
-               for signs in itertools.product((1, -1), repeat=n))
-    return hits / 2 ** n
-
-
-def permutation_p(a: list[float], b: list[float]) -> float:
-    """Exact two-sided two-sample permutation test of equal means: the share of the C(n_a + n_b,
-    n_a) splits of the pooled values into groups of sizes n_a and n_b whose |mean difference| is at
-    least the observed one (Good, *Permutation Tests*, §3.2). 3 vs 3 seeds: smallest p = 2/20 = 0.1.
-    Raises ``ValueError`` when a group is empty or there are more than 20 values."""
-    if not a or not b or len(a) + len(b) > 20:
-        raise ValueError(f"permutation_p: needs two non-empty groups of 20 values at most, got {len(a)} and {len(b)}")
-    pooled, k = a + b, len(a)
-    total = sum(pooled)
-
-    def gap(group_sum: float) -> float:
-        return abs(group_sum / k - (total - group_sum) / (len(pooled) - k))
-
-    obs = gap(sum(a))
-    splits = list(itertools.combinations(range(len(pooled)), k))
-    return sum(gap(sum(pooled[i] for i in idx)) >= obs - _TIE for idx in splits) / len(splits)
-
-
-def mcnemar_p(b: int, c: int) -> float:
-    """Exact two-sided McNemar test on paired right/wrong outcomes: ``b`` pairs where only the first
-    policy is right, ``c`` where only the second is; p = min(1, 2 · P[Binomial(b + c, 1/2) ≤ min(b, c)])
-    (McNemar 1947, the exact binomial form). 1.0 when there is no discordant pair. Raises
-    ``ValueError`` for a negative count."""
-    if b < 0 or c < 0:
-        raise ValueError(f"mcnemar_p: counts must be >= 0, got b={b}, c={c}")
-    n = b + c
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
-
-
 # ---------------------------------------------------------------------------- reading the work folder
-def load_panel(workdir: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
-    """``{(policy, iteration, label): metrics.json}`` of every finished panel evaluation."""
-    out = {}
-    for f in sorted((workdir / "eval").glob("*/it*_*/metrics.json")):
-        it, label = f.parent.name[2:].split("_", 1)
-        out[(f.parent.parent.name, int(it), label)] = json.loads(f.read_text())
-    return out
-
-
-def panel_won(workdir: Path, policy: str, iteration: int, label: str) -> dict[str, bool]:
-    """``{task_id: won}`` of one greedy panel evaluation (its ``tasks.jsonl``, one line per problem);
-    empty when it is not there."""
-    f = workdir / "eval" / policy / f"it{iteration:03d}_{label}" / "tasks.jsonl"
-    if not f.exists():
-        return {}
-    rows = [json.loads(x) for x in f.read_text().split("\n") if x.strip()]
-    return {str(r["task_id"]): bool(r["won"]) for r in rows}
-
-
-def load_train(workdir: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """``{run name: {iteration: metrics}}`` of every RL run (``rl/*/metrics.jsonl``)."""
-    out: dict[str, dict[int, dict[str, Any]]] = {}
-    for f in sorted((workdir / "rl").glob("*/metrics.jsonl")):
-        by_it: dict[int, dict[str, Any]] = {}
-        for line in f.read_text().split("\n"):
-            if line.strip():
-                r = json.loads(line)
-                by_it.setdefault(int(r["iteration"]), {}).update(r)
-        out[f.parent.name] = by_it
-    return out
-
-
-def run_ends(evals, args, labels: list[str]) -> dict[str, int]:
-    """``{run: iteration}`` of the runs that ended: evaluated at ``--iterations`` on every panel
-    ``labels``; with ``--train-seconds`` (runs stopped early) also a run's last iteration evaluated on
-    every greedy panel (its avg@k panels run at ``--iterations`` only)."""
+def finished_ends(evals, args, labels: list[str]) -> dict[str, int]:
+    """``{run: iteration}`` of the runs that ended: their end (:func:`learning_stats.run_ends` on
+    the greedy panels, which every evaluation point has) where it is ``--iterations`` and every
+    panel ``labels`` was evaluated there; with ``--train-seconds`` (runs stopped early) every run's
+    end (its avg@k panels run at ``--iterations`` only)."""
     greedy = [lab for lab in labels if lab.endswith("_greedy")]
-    out = {}
-    for algo in args.algos:
-        for seed in args.seeds:
-            run = f"{algo}_s{seed}"
-            if all((run, args.iterations, lab) in evals for lab in labels):
-                out[run] = args.iterations
-            elif getattr(args, "train_seconds", 0):
-                its = [it for (p, it, _l) in evals if p == run and all((run, it, g) in evals for g in greedy)]
-                if its:
-                    out[run] = max(its)
-    return out
+    ends = run_ends(evals, [f"{a}_s{x}" for a in args.algos for x in args.seeds], greedy)
+    capped = bool(getattr(args, "train_seconds", 0))
+    return {run: it for run, it in ends.items()
+            if capped or (it == args.iterations and all((run, it, lab) in evals for lab in labels))}
 
 
 def pick_examples(workdir: Path, algos: list[str], seeds: list[int]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -501,7 +384,7 @@ def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str,
 
     evals, train = load_panel(workdir), load_train(workdir)
     labels = [lab for lab, _, _ in panel_labels(args)]
-    ends = run_ends(evals, args, labels)
+    ends = finished_ends(evals, args, labels)
     finished = {a: [x for x in args.seeds if f"{a}_s{x}" in ends] for a in args.algos}
     out = Path(args.report_md).resolve() if args.report_md else workdir / "LEARNING_math.md"
     png = Path(args.report_png).resolve() if args.report_png else workdir / "learning_math.png"

@@ -6,7 +6,8 @@ algorithms compared per env (:data:`ALGOS` for ALFWorld / WebShop, :data:`MATH_A
 :func:`algos_for`). ``learning.py`` runs the experiment with them and the report scripts rewrite
 the report of a work folder from the same options, so all import this module and none imports
 another's command line. Not here: running the phases (``learning.py``) and writing the report /
-the plot (``learning_report.py``, ``learning_math_report.py``). Imports nothing but the standard
+the plot (``learning_report.py``, with the math leg's sections in ``learning_math_report.py`` and
+the shared statistics in ``learning_stats.py``). Imports nothing but the standard
 library.
 """
 

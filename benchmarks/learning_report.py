@@ -7,9 +7,10 @@ by hand, shown at the top) if it exists; writes ``LEARNING.md`` and ``learning.p
 into the workdir, or where ``--report-md`` / ``--report-png`` say. ``python benchmarks/learning_report.py --workdir DIR`` rewrites them
 from whatever runs have finished so far.
 
-One report per leg: ``--env alfworld`` (the default) or ``--env webshop`` (the same options as
-``learning.py``); ``--env math`` is written by ``learning_math_report.py``, which this script
-calls. The WebShop report titles itself "WebShop", lists the panel's test goals, and gives per
+The one report generator of every leg (the same options as ``learning.py``): ``--env alfworld``
+(the default) and ``--env webshop`` are written here; ``--env math``'s sections (avg@k panels,
+tool calls, seed tests) live in ``learning_math_report.py``, to which :func:`write_report` hands
+over. The statistics and readers they share are ``learning_stats.py``. The WebShop report titles itself "WebShop", lists the panel's test goals, and gives per
 policy the success rate (score exactly 1.0), the mean WebShop score in [0, 1]
 (``webshop_task_score``, WebShop's own metric, arXiv 2207.01206) and the valid-action ratio; its
 plot has a second panel with the mean score. WebShop lists a search as ``search[<your query>]``, so the
@@ -24,26 +25,12 @@ import os
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
-from serl.utils import cpu_model
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from learning_stats import load_panel, load_train, mcnemar_p, mean_std, panel_won, run_ends  # noqa: E402  (a sibling script)
 
-def mean_std(values: list[float]) -> str:
-    """``"0.250 ± 0.050 (n=3)"``; the std is the sample std over seeds (0 for one value)."""
-    if not values:
-        return "—"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.3f} ± {sd:.3f} (n={len(values)})"
-
-
-def load_evals(workdir: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
-    """``{(policy, iteration, split): metrics}`` of every finished panel evaluation."""
-    out = {}
-    for f in sorted((workdir / "eval").glob("*/it*_*/metrics.json")):
-        it, split = f.parent.name[2:].split("_", 1)
-        out[(f.parent.parent.name, int(it), split)] = json.loads(f.read_text())
-    return out
+from serl.utils import cpu_model  # noqa: E402
 
 
 def panel_ids(workdir: Path, env: str = "alfworld") -> dict[str, list[str]]:
@@ -54,18 +41,6 @@ def panel_ids(workdir: Path, env: str = "alfworld") -> dict[str, list[str]]:
         split = f.parent.name.split("_", 1)[1]
         ids = [json.loads(line)["task"]["task_id"] for line in f.read_text().split("\n") if line.strip()]
         out[split] = [str(i) for i in ids] if env == "webshop" else ["/".join(Path(i).parts[-3:-1]) for i in ids]
-    return out
-
-
-def train_metrics(workdir: Path) -> dict[str, list[dict[str, Any]]]:
-    """``{run name: [metrics line per iteration]}`` of every RL run."""
-    out = {}
-    for f in sorted((workdir / "rl").glob("*/metrics.jsonl")):
-        rows = [json.loads(line) for line in f.read_text().split("\n") if line.strip()]
-        by_it: dict[int, dict[str, Any]] = {}
-        for r in rows:  # one line per iteration (val/ lines merge into their iteration)
-            by_it.setdefault(int(r.get("iteration", r.get("step", 0))), {}).update(r)
-        out[f.parent.name] = [by_it[k] for k in sorted(by_it)]
     return out
 
 
@@ -140,19 +115,6 @@ FINAL_COLUMNS = {
 }
 
 
-def run_ends(evals, algos, seeds, splits) -> dict[str, int]:
-    """``{run name: iteration}``: each run's last iteration evaluated on every split (runs capped
-    by ``--train-seconds`` end at different iterations); runs with no such point are left out."""
-    out = {}
-    for algo in algos:
-        for seed in seeds:
-            name = f"{algo}_s{seed}"
-            its = [it for (p, it, _s) in evals if p == name and all((name, it, x) in evals for x in splits)]
-            if its:
-                out[name] = max(its)
-    return out
-
-
 def final_table(evals, algos, seeds, splits, ends: dict[str, int], env: str = "alfworld") -> list[str]:
     """Success and the env's :data:`FINAL_COLUMNS` per policy, at the SFT start and at each run's
     end (:func:`run_ends`; mean ± std over seeds). WebShop's success is score = 1."""
@@ -178,11 +140,9 @@ def final_table(evals, algos, seeds, splits, ends: dict[str, int], env: str = "a
 def paired_table(workdir: Path, algos, seeds, splits, ends: dict[str, int], held_out: list[str]) -> list[str]:
     """Per run and split, the panel games won at its end vs at the SFT start, paired game by game:
     games only the end wins (b), games only the start wins (c) and the exact McNemar p
-    (:func:`learning_math_report.mcnemar_p`); then the held-out splits ``held_out`` pooled, and per
+    (:func:`learning_stats.mcnemar_p`); then the held-out splits ``held_out`` pooled, and per
     algorithm every run pooled (the runs share the start's answers, so a pooled p overstates the
     evidence)."""
-    from learning_math_report import mcnemar_p, panel_won
-
     start = {x: panel_won(workdir, "sft", 0, x) for x in splits}
     lines = ["| run | panel | start won | end won | only the end wins | only the start wins | McNemar p |",
              "|---|---|---|---|---|---|---|"]
@@ -221,7 +181,7 @@ def signal_table(train, algos, seeds, env: str = "alfworld") -> list[str]:
     lines = ["| algo | iteration | groups with A ≠ 0 | train success | train valid-action ratio |"
              + (" step rows | prompt tokens (mean) |" if ws else ""), "|---|---|---|---|---|" + ("---|---|" if ws else "")]
     for algo in algos:
-        runs = [train.get(f"{algo}_s{s}", []) for s in seeds]
+        runs = [[r[i] for i in sorted(r)] for r in (train.get(f"{algo}_s{s}", {}) for s in seeds)]
         for i in range(max((len(r) for r in runs), default=0)):
             rows = [r[i] for r in runs if i < len(r)]
             f = [x[key] for x in rows if key in x]
@@ -259,14 +219,18 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
     from serl.models.loading import pick_dtype
 
     env = getattr(args, "env", "alfworld")
+    if env == "math":  # its own sections (learning_math_report imports nothing from this module)
+        from learning_math_report import write_math_report
+
+        return write_math_report(workdir, args, phases, cpu)
     ws = env == "webshop"
-    evals, train = load_evals(workdir), train_metrics(workdir)
+    evals, train = load_panel(workdir), load_train(workdir)
     curve = curves(evals, args.algos, args.seeds, args.splits)
     out = Path(args.report_md).resolve() if args.report_md else workdir / "LEARNING.md"
     png = Path(args.report_png).resolve() if args.report_png else workdir / "learning.png"
     png.parent.mkdir(parents=True, exist_ok=True)
     plot(curve, png, env, curves(evals, args.algos, args.seeds, args.splits, "webshop_task_score") if ws else None)
-    ends = run_ends(evals, args.algos, args.seeds, args.splits)
+    ends = run_ends(evals, [f"{a}_s{x}" for a in args.algos for x in args.seeds], args.splits)
     panel = panel_ids(workdir, env)
     table = final_table(evals, args.algos, args.seeds, args.splits, ends, "webshop" if ws else "alfworld")
     held_out = [x for x in args.splits if x != "train"]  # a train-split panel is the RL games themselves
@@ -299,15 +263,8 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from learning_options import parse_args
 
     a = parse_args(sys.argv[1:])
     w = Path(a.workdir).resolve()
-    ph = json.loads((w / "phases.json").read_text()) if (w / "phases.json").exists() else {}
-    if a.env == "math":  # its own module (it imports nothing from this one)
-        from learning_math_report import write_math_report
-
-        write_math_report(w, a, ph, cpu_model())
-    else:
-        write_report(w, a, ph, cpu_model())
+    write_report(w, a, json.loads((w / "phases.json").read_text()) if (w / "phases.json").exists() else {}, cpu_model())

@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # the scripts import their si
 
 import learning  # noqa: E402
 import learning_math_report as lmr  # noqa: E402
+import learning_stats as stats  # noqa: E402
 from learning_options import MATH_ALGOS, MATH_SFT_DEFAULTS, parse_args  # noqa: E402
 
 
@@ -254,20 +255,20 @@ def test_math_sft_model_option_skips_expert_and_sft(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------- the math report
 def test_math_report_statistics_by_hand():
-    assert lmr.moving_average([0.0, 1.0, 2.0, 3.0], 2) == [0.0, 0.5, 1.5, 2.5]
-    assert lmr.moving_average([4.0, 2.0], 1) == [4.0, 2.0]
+    assert stats.moving_average([0.0, 1.0, 2.0, 3.0], 2) == [0.0, 0.5, 1.5, 2.5]
+    assert stats.moving_average([4.0, 2.0], 1) == [4.0, 2.0]
     with pytest.raises(ValueError, match="window"):
-        lmr.moving_average([1.0], 0)
-    assert lmr.seed_band({0: [1.0, 2.0, 3.0], 1: [3.0, 4.0]}) == ([2.0, 3.0, 3.0], [1.0, 2.0, 3.0], [3.0, 4.0, 3.0], [2, 2, 1])
-    assert lmr.mean_std([0.25, 0.5, 0.75]) == "0.500 ± 0.250 (n=3)" and lmr.mean_std([]) == "—"
-    assert lmr.sign_flip_p([1.0, 2.0, 3.0]) == 0.25  # |sum| 6 is reached by 2 of the 8 sign vectors
-    assert lmr.sign_flip_p([0.0, 0.25, 0.5]) == 0.5  # sums ±0.25 ± 0.5 (× 2 for the 0): |.| >= 0.75 in 4 of 8
-    assert lmr.sign_flip_p([1.0, -1.0]) == 1.0
-    assert lmr.permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.1)  # 2 of C(6,3) = 20 splits
-    assert lmr.permutation_p([0.75, 0.75, 1.0], [0.25, 0.5, 0.75]) == pytest.approx(0.3)  # 6 of 20
-    assert lmr.mcnemar_p(0, 5) == 0.0625 and lmr.mcnemar_p(1, 1) == 1.0 and lmr.mcnemar_p(0, 0) == 1.0
-    assert lmr.mcnemar_p(8, 1) == pytest.approx(2 * 10 / 512)
-    for bad in (lambda: lmr.sign_flip_p([]), lambda: lmr.permutation_p([], [1.0]), lambda: lmr.mcnemar_p(-1, 2)):
+        stats.moving_average([1.0], 0)
+    assert stats.seed_band({0: [1.0, 2.0, 3.0], 1: [3.0, 4.0]}) == ([2.0, 3.0, 3.0], [1.0, 2.0, 3.0], [3.0, 4.0, 3.0], [2, 2, 1])
+    assert stats.mean_std([0.25, 0.5, 0.75]) == "0.500 ± 0.250 (n=3)" and stats.mean_std([]) == "—"
+    assert stats.sign_flip_p([1.0, 2.0, 3.0]) == 0.25  # |sum| 6 is reached by 2 of the 8 sign vectors
+    assert stats.sign_flip_p([0.0, 0.25, 0.5]) == 0.5  # sums ±0.25 ± 0.5 (× 2 for the 0): |.| >= 0.75 in 4 of 8
+    assert stats.sign_flip_p([1.0, -1.0]) == 1.0
+    assert stats.permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.1)  # 2 of C(6,3) = 20 splits
+    assert stats.permutation_p([0.75, 0.75, 1.0], [0.25, 0.5, 0.75]) == pytest.approx(0.3)  # 6 of 20
+    assert stats.mcnemar_p(0, 5) == 0.0625 and stats.mcnemar_p(1, 1) == 1.0 and stats.mcnemar_p(0, 0) == 1.0
+    assert stats.mcnemar_p(8, 1) == pytest.approx(2 * 10 / 512)
+    for bad in (lambda: stats.sign_flip_p([]), lambda: stats.permutation_p([], [1.0]), lambda: stats.mcnemar_p(-1, 2)):
         with pytest.raises(ValueError):
             bad()
 
@@ -465,9 +466,9 @@ def test_alfworld_report_pairs_each_run_end_with_the_start_by_hand(tmp_path):
     _panel(work, "grpo_s0", 3, "valid_unseen", [T, T, F, F])      # +2
     _panel(work, "grpo_s0", 1, "valid_seen", [F] * 6)             # an earlier point, not the end
     _panel(work, "serl_s0", 2, "valid_seen", [T, T, F, F, F, F])  # no valid_unseen yet: no end
-    evals = lr.load_evals(work)
+    evals = stats.load_panel(work)
     splits = ["valid_seen", "valid_unseen"]
-    ends = lr.run_ends(evals, ["grpo", "serl"], [0], splits)
+    ends = stats.run_ends(evals, ["grpo_s0", "serl_s0"], splits)
     assert ends == {"grpo_s0": 3}
     table = lr.paired_table(work, ["grpo", "serl"], [0], splits, ends, splits)
     assert "| grpo_s0 (iteration 3) | valid_seen (6) | 2 | 4 | 3 | 1 | 0.625 |" in table

@@ -1,0 +1,145 @@
+"""Statistics and readers shared by the learning legs' reports (``learning_report.py``, which
+writes every leg's report, ``learning_math_report.py``, the math leg's sections, and
+``alfworld_sft_size_report.py``).
+
+The readers take the work folder of ``benchmarks/learning.py``: ``eval/<policy>/it<NNN>_<label>/``
+(``metrics.json``, ``tasks.jsonl``: one panel evaluation of ``serl eval``; ``label`` is the split,
+or for math ``<split>_greedy`` / ``<split>_avg<k>``) and ``rl/<algo>_s<seed>/metrics.jsonl`` (one
+``serl train`` run). Imports nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+# ---------------------------------------------------------------------------- statistics
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing moving average: element i is the mean of ``values[max(0, i-window+1) : i+1]``
+    (the first ``window - 1`` points average what exists). Raises ``ValueError`` for ``window < 1``."""
+    if window < 1:
+        raise ValueError(f"moving_average: window must be >= 1, got {window}")
+    return [statistics.fmean(values[max(0, i - window + 1): i + 1]) for i in range(len(values))]
+
+
+def seed_band(per_seed: dict[int, list[float]]) -> tuple[list[float], list[float], list[float], list[int]]:
+    """Mean, min and max over seeds at each position, and how many seeds have it: ``per_seed`` maps a
+    seed to its curve (curves of different lengths: a position uses the seeds that reach it)."""
+    n = max((len(v) for v in per_seed.values()), default=0)
+    mean, lo, hi, count = [], [], [], []
+    for i in range(n):
+        vals = [v[i] for v in per_seed.values() if i < len(v)]
+        mean.append(statistics.fmean(vals))
+        lo.append(min(vals))
+        hi.append(max(vals))
+        count.append(len(vals))
+    return mean, lo, hi, count
+
+
+def mean_std(values: list[float], digits: int = 3) -> str:
+    """``"0.250 ± 0.050 (n=3)"``: mean and sample std over seeds (std 0 for one value); ``—`` for none."""
+    if not values:
+        return "—"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.{digits}f} ± {sd:.{digits}f} (n={len(values)})"
+
+
+_TIE = 1e-12  # statistics equal up to float rounding count as "at least as extreme"
+
+
+def sign_flip_p(diffs: list[float]) -> float:
+    """Exact two-sided sign-flip (one-sample permutation) test of mean 0: the share of the 2^n
+    sign assignments of ``diffs`` whose |mean| is at least the observed |mean| (Fisher 1935; Good,
+    *Permutation Tests*, 2nd ed., §3.1). With n values the smallest possible p is 2 / 2^n (0.25 for
+    3 seeds). Raises ``ValueError`` for no values or more than 20 (2^20 assignments)."""
+    n = len(diffs)
+    if not 1 <= n <= 20:
+        raise ValueError(f"sign_flip_p: needs 1..20 values, got {n}")
+    obs = abs(sum(diffs))
+    hits = sum(abs(sum(s * d for s, d in zip(signs, diffs))) >= obs - _TIE
+               for signs in itertools.product((1, -1), repeat=n))
+    return hits / 2 ** n
+
+
+def permutation_p(a: list[float], b: list[float]) -> float:
+    """Exact two-sided two-sample permutation test of equal means: the share of the C(n_a + n_b,
+    n_a) splits of the pooled values into groups of sizes n_a and n_b whose |mean difference| is at
+    least the observed one (Good, *Permutation Tests*, §3.2). 3 vs 3 seeds: smallest p = 2/20 = 0.1.
+    Raises ``ValueError`` when a group is empty or there are more than 20 values."""
+    if not a or not b or len(a) + len(b) > 20:
+        raise ValueError(f"permutation_p: needs two non-empty groups of 20 values at most, got {len(a)} and {len(b)}")
+    pooled, k = a + b, len(a)
+    total = sum(pooled)
+
+    def gap(group_sum: float) -> float:
+        return abs(group_sum / k - (total - group_sum) / (len(pooled) - k))
+
+    obs = gap(sum(a))
+    splits = list(itertools.combinations(range(len(pooled)), k))
+    return sum(gap(sum(pooled[i] for i in idx)) >= obs - _TIE for idx in splits) / len(splits)
+
+
+def mcnemar_p(b: int, c: int) -> float:
+    """Exact two-sided McNemar test on paired right/wrong outcomes: ``b`` pairs where only the first
+    policy is right, ``c`` where only the second is; p = min(1, 2 · P[Binomial(b + c, 1/2) ≤ min(b, c)])
+    (McNemar 1947, the exact binomial form). 1.0 when there is no discordant pair. Raises
+    ``ValueError`` for a negative count."""
+    if b < 0 or c < 0:
+        raise ValueError(f"mcnemar_p: counts must be >= 0, got b={b}, c={c}")
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+# ---------------------------------------------------------------------------- reading the work folder
+def load_panel(workdir: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """``{(policy, iteration, label): metrics.json}`` of every finished panel evaluation."""
+    out = {}
+    for f in sorted((workdir / "eval").glob("*/it*_*/metrics.json")):
+        it, label = f.parent.name[2:].split("_", 1)
+        out[(f.parent.parent.name, int(it), label)] = json.loads(f.read_text())
+    return out
+
+
+def panel_won(workdir: Path, policy: str, iteration: int, label: str) -> dict[str, bool]:
+    """``{task_id: won}`` of one greedy panel evaluation (its ``tasks.jsonl``, one line per problem);
+    empty when it is not there."""
+    f = workdir / "eval" / policy / f"it{iteration:03d}_{label}" / "tasks.jsonl"
+    if not f.exists():
+        return {}
+    rows = [json.loads(x) for x in f.read_text().split("\n") if x.strip()]
+    return {str(r["task_id"]): bool(r["won"]) for r in rows}
+
+
+def load_train(workdir: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """``{run name: {iteration: metrics}}`` of every RL run (``rl/*/metrics.jsonl``)."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for f in sorted((workdir / "rl").glob("*/metrics.jsonl")):
+        by_it: dict[int, dict[str, Any]] = {}
+        for line in f.read_text().split("\n"):
+            if line.strip():
+                r = json.loads(line)
+                by_it.setdefault(int(r.get("iteration", r.get("step", 0))), {}).update(r)  # val/ lines merge in
+        out[f.parent.name] = by_it
+    return out
+
+
+def run_ends(evals, runs: list[str], labels: list[str]) -> dict[str, int]:
+    """``{run: iteration}``: each run's last iteration evaluated on every panel of ``labels`` (a
+    run stopped early, by ``--train-seconds`` or by the end of a session, ends where its last
+    complete panel is); runs with no such iteration are left out. The SFT start (iteration 0 of
+    policy ``sft``) is not a run. Whether a run *finished* (reached ``--iterations``) is the
+    caller's rule: the math report counts only finished runs unless ``--train-seconds`` capped them."""
+    out = {}
+    for run in runs:
+        its = [it for (p, it, _l) in evals if p == run and all((run, it, x) in evals for x in labels)]
+        if its:
+            out[run] = max(its)
+    return out
