@@ -44,13 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from learning_options import algos_for, panel_labels, split_description, split_label  # noqa: E402  (a sibling script: this folder is on sys.path)
 from learning_stats import (_TIE, load_panel, load_train, mcnemar_p, mean_std, moving_average,  # noqa: E402
-                            panel_won, permutation_p, run_ends, seed_band, sign_flip_p)
+                            panel_won, permutation_p, run_ends, seed_band, serl_weight_stats, sign_flip_p)
 
 #: metrics.jsonl keys of the per-step signal: (table header, key)
 SIGNAL_KEYS = [("train accuracy", "episode/success_rate"), ("tool-call rate", "tool/trajectory_with_call_fraction"),
                ("groups with A ≠ 0", "critic/advantages/nonzero_group_fraction"), ("s / iteration", "timing/iteration_s")]
-#: SERL's weight metrics (arXiv 2605.19447; :func:`serl.algos.selective_weights.serl_token_weights`)
-SERL_KEYS = ("weight_mean", "weight_min", "weight_max", "delta_abs_mean", "clipped_fraction")
 
 
 # ---------------------------------------------------------------------------- reading the work folder
@@ -196,13 +194,7 @@ def signal_table(train, algo: str, seeds: list[int], window: int) -> list[str]:
     """Per block of ``window`` iterations, the mean over seeds of each run's block mean of
     :data:`SIGNAL_KEYS` (training accuracy ± std over seeds), and SERL's weight statistics over the
     block's iterations whose teacher scored tokens (W mean, [min, max], mean |Δ| in nats, share at
-    the clip bound).
-
-    An iteration's ``serl_action_mask/*`` values are means over its micro-batches. One whose teacher
-    scored no row logs ``empty_target_batch`` 1 and ``weight_mean`` 1 (docs/serl_modes.md) and no
-    other key, so an iteration counts as scored when its ``empty_target_batch`` e < 1, and its W
-    mean over the scored micro-batches is (``weight_mean`` − e) / (1 − e); min, max, |Δ| and the
-    clipped share already are."""
+    the clip bound: :func:`learning_stats.serl_weight_stats`)."""
     runs = {s: train[f"{algo}_s{s}"] for s in seeds if f"{algo}_s{s}" in train}
     if not runs:
         return []
@@ -222,15 +214,10 @@ def signal_table(train, algo: str, seeds: list[int], window: int) -> list[str]:
                 cells.append(mean_std(means).rsplit(" (", 1)[0] if means else "—")
             else:
                 cells.append(_fmt(statistics.fmean(means), 1 if key.startswith("timing") else 3) if means else "—")
-        scored = [x for rows in per_seed.values() for x in rows
-                  if x.get("serl_action_mask/empty_target_batch", 1.0) < 1.0 and "serl_action_mask/weight_min" in x]
-        if scored:
-            sk = {k: [x[f"serl_action_mask/{k}"] for x in scored if f"serl_action_mask/{k}" in x] for k in SERL_KEYS}
-            sk["weight_mean"] = [(x["serl_action_mask/weight_mean"] - e) / (1.0 - e) for x in scored
-                                 for e in [x["serl_action_mask/empty_target_batch"]]]
-            cells += [f"{_fmt(statistics.fmean(sk['weight_mean']))} [{_fmt(min(sk['weight_min']))}, "
-                      f"{_fmt(max(sk['weight_max']))}] ({len(scored)} it.)",
-                      _fmt(statistics.fmean(sk["delta_abs_mean"]), 4), _fmt(statistics.fmean(sk["clipped_fraction"]))]
+        w = serl_weight_stats([x for rows in per_seed.values() for x in rows])
+        if w:
+            cells += [f"{_fmt(w['weight_mean'])} [{_fmt(w['weight_min'])}, {_fmt(w['weight_max'])}] "
+                      f"({w['iterations']} it.)", _fmt(w["delta_abs_mean"], 4), _fmt(w["clipped_fraction"])]
         else:
             cells += ["—", "—", "—"]
         lines.append(f"| {block[0]}–{block[-1]} | {len(per_seed)} | " + " | ".join(cells) + " |")

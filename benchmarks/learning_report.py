@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_stats import load_panel, load_train, mcnemar_p, mean_std, panel_won, run_ends  # noqa: E402  (a sibling script)
+from learning_stats import (load_panel, load_train, mcnemar_p, mean_std, panel_won, run_ends,  # noqa: E402  (a sibling script)
+                            serl_weight_stats)
 
 from serl.utils import cpu_model  # noqa: E402
 
@@ -175,11 +176,13 @@ def paired_table(workdir: Path, algos, seeds, splits, ends: dict[str, int], held
 
 def signal_table(train, algos, seeds, env: str = "alfworld") -> list[str]:
     """Per iteration: fraction of groups with a non-zero advantage, training success and valid-action
-    ratio, each the mean over seeds."""
+    ratio, each the mean over seeds, and where SERL's teacher scored tokens its weights W (mean
+    [min, max] and mean |log-prob gap| in nats over the seeds: :func:`learning_stats.serl_weight_stats`)."""
     key = "critic/advantages/nonzero_group_fraction"
     ws = env == "webshop"  # also the step rows and prompt tokens per iteration (the cost estimate's inputs)
     lines = ["| algo | iteration | groups with A ≠ 0 | train success | train valid-action ratio |"
-             + (" step rows | prompt tokens (mean) |" if ws else ""), "|---|---|---|---|---|" + ("---|---|" if ws else "")]
+             + (" step rows | prompt tokens (mean) |" if ws else "") + " SERL W mean [min, max] | SERL mean abs Δ |",
+             "|---|---|---|---|---|" + ("---|---|" if ws else "") + "---|---|"]
     for algo in algos:
         runs = [[r[i] for i in sorted(r)] for r in (train.get(f"{algo}_s{s}", {}) for s in seeds)]
         for i in range(max((len(r) for r in runs), default=0)):
@@ -187,8 +190,11 @@ def signal_table(train, algos, seeds, env: str = "alfworld") -> list[str]:
             f = [x[key] for x in rows if key in x]
             extra = (f" {mean_std([x.get('episode/num_step_rows', 0) for x in rows])} | "
                      f"{mean_std([x.get('prompt_length/mean', 0) for x in rows])} |") if ws else ""
+            w = serl_weight_stats(rows)
+            serl = (f" {w['weight_mean']:.3f} [{w['weight_min']:.3f}, {w['weight_max']:.3f}] | {w['delta_abs_mean']:.4f} |"
+                    if w else " — | — |")
             lines.append(f"| {algo} | {i + 1} | {mean_std(f)} | {mean_std([x.get('episode/success_rate', 0) for x in rows])} | "
-                         f"{mean_std([x.get('episode/valid_action_ratio', 0) for x in rows])} |" + extra)
+                         f"{mean_std([x.get('episode/valid_action_ratio', 0) for x in rows])} |" + extra + serl)
     return lines
 
 

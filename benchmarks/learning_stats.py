@@ -98,6 +98,34 @@ def mcnemar_p(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
+#: SERL's weight metrics (arXiv 2605.19447; :func:`serl.algos.selective_weights.serl_token_weights`)
+SERL_KEYS = ("weight_mean", "weight_min", "weight_max", "delta_abs_mean", "clipped_fraction")
+
+
+def serl_weight_stats(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+    """SERL's token weights W over the training iterations ``rows`` (``metrics.jsonl`` lines) whose
+    teacher scored tokens: ``{"iterations": n, "weight_mean", "weight_min", "weight_max",
+    "delta_abs_mean" (mean |log-prob gap| in nats), "clipped_fraction"}``, or None when no
+    iteration was scored.
+
+    An iteration's ``serl_action_mask/*`` values are means over its micro-batches. One whose teacher
+    scored no row logs ``empty_target_batch`` 1 and ``weight_mean`` 1 (docs/serl_modes.md) and no
+    other key, so an iteration counts as scored when its ``empty_target_batch`` e < 1, and its W
+    mean over the scored micro-batches is (``weight_mean`` − e) / (1 − e); min, max, |Δ| and the
+    clipped share already are."""
+    scored = [x for x in rows
+              if x.get("serl_action_mask/empty_target_batch", 1.0) < 1.0 and "serl_action_mask/weight_min" in x]
+    if not scored:
+        return None
+    sk = {k: [x[f"serl_action_mask/{k}"] for x in scored if f"serl_action_mask/{k}" in x] for k in SERL_KEYS}
+    return {"iterations": len(scored),
+            "weight_mean": statistics.fmean((x["serl_action_mask/weight_mean"] - e) / (1.0 - e) for x in scored
+                                            for e in [x["serl_action_mask/empty_target_batch"]]),
+            "weight_min": min(sk["weight_min"]), "weight_max": max(sk["weight_max"]),
+            "delta_abs_mean": statistics.fmean(sk["delta_abs_mean"]),
+            "clipped_fraction": statistics.fmean(sk["clipped_fraction"])}
+
+
 # ---------------------------------------------------------------------------- reading the work folder
 def load_panel(workdir: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
     """``{(policy, iteration, label): metrics.json}`` of every finished panel evaluation."""

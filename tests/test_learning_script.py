@@ -273,6 +273,21 @@ def test_math_report_statistics_by_hand():
             bad()
 
 
+def test_serl_weight_stats_by_hand():
+    """Iterations whose teacher scored nothing (empty_target_batch 1) are left out; a partly scored
+    one's W mean is taken over its scored micro-batches: (0.9 - 0.5) / (1 - 0.5) = 0.8."""
+    m = "serl_action_mask/"
+    unscored = {m + "empty_target_batch": 1.0, m + "weight_mean": 1.0}
+    half = {m + "empty_target_batch": 0.5, m + "weight_mean": 0.9, m + "weight_min": 0.7, m + "weight_max": 1.1,
+            m + "delta_abs_mean": 0.02, m + "clipped_fraction": 0.1}
+    full = {m + "empty_target_batch": 0.0, m + "weight_mean": 1.2, m + "weight_min": 0.9, m + "weight_max": 1.3,
+            m + "delta_abs_mean": 0.04, m + "clipped_fraction": 0.3}
+    w = stats.serl_weight_stats([unscored, half, full, {"episode/success_rate": 0.5}])
+    assert w == pytest.approx({"iterations": 2, "weight_mean": 1.0, "weight_min": 0.7, "weight_max": 1.3,
+                               "delta_abs_mean": 0.03, "clipped_fraction": 0.2})
+    assert stats.serl_weight_stats([unscored]) is None and stats.serl_weight_stats([]) is None
+
+
 def _write(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(x) + "\n" for x in obj) if isinstance(obj, list) else json.dumps(obj))
