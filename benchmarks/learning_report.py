@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_stats import (load_panel, load_train, mcnemar_p, mean_std, panel_won, run_ends,  # noqa: E402  (a sibling script)
-                            serl_weight_stats)
+from learning_stats import (load_panel, load_train, mcnemar_p, mean_std, moving_average, panel_won,  # noqa: E402
+                            run_ends, seed_band, serl_weight_stats)
 
 from serl.utils import cpu_model  # noqa: E402
 
@@ -66,23 +66,57 @@ def curves(evals, algos, seeds, splits, key: str = "success_rate") -> dict[str, 
     return out
 
 
+def train_curves(train, algos, seeds, window: int) -> dict[str, dict[int, list[float]]]:
+    """``{algo: {seed: [training success per iteration, trailing moving average over window]}}``
+    (``episode/success_rate`` of each run's ``metrics.jsonl``; :func:`learning_stats.moving_average`)."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for algo in algos:
+        per_seed = {}
+        for seed in seeds:
+            run = train.get(f"{algo}_s{seed}", {})
+            its = sorted(i for i in run if "episode/success_rate" in run[i])
+            if its:
+                per_seed[seed] = moving_average([run[i]["episode/success_rate"] for i in its], window)
+        out[algo] = per_seed
+    return out
+
+
 def plot(curve: dict[str, dict[int, list[float]]], path: Path, env: str = "alfworld",
-         score: dict[str, dict[int, list[float]]] | None = None) -> None:
+         score: dict[str, dict[int, list[float]]] | None = None,
+         train: dict[str, dict[int, list[float]]] | None = None, window: int = 1) -> None:
     """Panel success vs iteration, one line per algorithm (mean over seeds, band = ± std); with
-    ``score`` (WebShop) a second panel shows the mean score the same way."""
+    ``score`` (WebShop) a panel of the mean score the same way; with ``train`` (:func:`train_curves`)
+    a first panel of training success (mean over seeds of each seed's moving average over
+    ``window`` iterations, band = min–max over seeds: :func:`learning_stats.seed_band`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if score is None:
-        fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-        _curve_axes(ax, curve, "panel success rate", "ALFWorld panel success vs iteration")
-    else:
-        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
-        name = {"webshop": "WebShop"}.get(env, env)
-        _curve_axes(ax, curve, "panel success rate (score = 1)", f"{name} panel success vs iteration")
-        _curve_axes(ax2, score, "panel mean score", f"{name} panel mean score vs iteration")
+    name = {"webshop": "WebShop", "alfworld": "ALFWorld"}.get(env, env)
+    n = 1 + (score is not None) + (train is not None)
+    fig, axes = plt.subplots(1, n, figsize=(5.5 * n, 4), dpi=120, squeeze=False)
+    axes = list(axes[0])
+    if train is not None:
+        ax = axes.pop(0)
+        for ci, (algo, per_seed) in enumerate(train.items()):
+            if not per_seed:
+                continue
+            mean, lo, hi, _ = seed_band(per_seed)
+            x = list(range(1, len(mean) + 1))
+            ax.plot(x, mean, color=f"C{ci}", label=f"{algo} ({len(per_seed)} seed{'s' if len(per_seed) != 1 else ''})")
+            ax.fill_between(x, lo, hi, color=f"C{ci}", alpha=0.2)
+        ax.set_xlabel("RL iteration")
+        ax.set_ylabel(f"training success (moving average, {window} it.)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+        ax.set_title(f"{name} training success (band: min–max over seeds)")
+    _curve_axes(axes[0], curve, "panel success rate" + (" (score = 1)" if score is not None else ""),
+                f"{name} panel success vs iteration")
+    if score is not None:
+        _curve_axes(axes[1], score, "panel mean score", f"{name} panel mean score vs iteration")
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp)
@@ -91,16 +125,17 @@ def plot(curve: dict[str, dict[int, list[float]]], path: Path, env: str = "alfwo
 
 
 def _curve_axes(ax, curve: dict[str, dict[int, list[float]]], ylabel: str, title: str) -> None:
-    """One metric vs iteration on ``ax``: per algorithm the mean over seeds and a ± std band."""
-    for algo, c in curve.items():
+    """One metric vs iteration on ``ax``: per algorithm the mean over seeds and a ± std band (the
+    algorithm's colour is its position in ``curve``, as in the training panel)."""
+    for ci, (algo, c) in enumerate(curve.items()):
         its = sorted(c)
         if not its:
             continue
         mu = [statistics.mean(c[i]) for i in its]
         sd = [statistics.stdev(c[i]) if len(c[i]) > 1 else 0.0 for i in its]
         n = max([len(c[i]) for i in its if i > 0], default=0)
-        ax.plot(its, mu, marker="o", label=f"{algo} ({n} seed{'s' if n != 1 else ''})")
-        ax.fill_between(its, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)], alpha=0.2)
+        ax.plot(its, mu, marker="o", color=f"C{ci}", label=f"{algo} ({n} seed{'s' if n != 1 else ''})")
+        ax.fill_between(its, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)], color=f"C{ci}", alpha=0.2)
     ax.set_xlabel("RL iteration (0 = SFT start)")
     ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
@@ -235,7 +270,9 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
     out = Path(args.report_md).resolve() if args.report_md else workdir / "LEARNING.md"
     png = Path(args.report_png).resolve() if args.report_png else workdir / "learning.png"
     png.parent.mkdir(parents=True, exist_ok=True)
-    plot(curve, png, env, curves(evals, args.algos, args.seeds, args.splits, "webshop_task_score") if ws else None)
+    window = getattr(args, "smooth_window", 1)
+    plot(curve, png, env, curves(evals, args.algos, args.seeds, args.splits, "webshop_task_score") if ws else None,
+         train_curves(train, args.algos, args.seeds, window), window)
     ends = run_ends(evals, [f"{a}_s{x}" for a in args.algos for x in args.seeds], args.splits)
     panel = panel_ids(workdir, env)
     table = final_table(evals, args.algos, args.seeds, args.splits, ends, "webshop" if ws else "alfworld")
@@ -254,7 +291,11 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
         *[f"| {k} | {v / 60:.1f} |" for k, v in phases.items()], "",
         "## Panel success" + (", mean score" if ws else "") + " and valid-action ratio (mean ± std over seeds)", "",
         *table, "",
-        f"![panel success vs iteration]({os.path.relpath(png, out.parent)})", "",
+        f"![training success and panel success vs iteration]({os.path.relpath(png, out.parent)})", "",
+        f"Left: training success on each iteration's games, each seed's moving average over "
+        f"{getattr(args, 'smooth_window', 1)} iterations, then the mean over seeds; band: min–max over seeds. "
+        "Right: panel success averaged over the panel's splits, mean over seeds, band ± std; iteration 0 is the "
+        "shared SFT start.", "",
         "## Paired per game: each run's end vs the SFT start", "",
         "A `train` panel holds the RL runs' own games (a fixed pool); the other splits are held out.", "",
         *paired, "",

@@ -496,6 +496,16 @@ def test_alfworld_report_pairs_each_run_end_with_the_start_by_hand(tmp_path):
     assert "| serl | valid_seen | not evaluated yet | | |" in final
 
 
+def test_alfworld_report_training_curves_by_hand():
+    """Each seed's training success as a trailing moving average (window 2), per algorithm; a run
+    with no metrics gives no curve."""
+    import learning_report as lr
+
+    train = {"grpo_s0": {1: {"episode/success_rate": 0.0}, 2: {"episode/success_rate": 1.0}, 3: {"x": 1}},
+             "grpo_s1": {1: {"episode/success_rate": 0.5}}}
+    assert lr.train_curves(train, ["grpo", "serl"], [0, 1], 2) == {"grpo": {0: [0.0, 0.5], 1: [0.5]}, "serl": {}}
+
+
 def test_alfworld_train_pool_is_the_games_after_the_sft_ones_in_the_expert_order(tmp_path):
     """--train-pool SKIP:COUNT copies the COUNT train games after the first SKIP of `serl data
     expert --seed`'s order (the shipped fixture: 4 games of the recipe's two types) and the other
