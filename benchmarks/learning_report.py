@@ -10,11 +10,13 @@ from whatever runs have finished so far.
 The one report generator of every leg (the same options as ``learning.py``): ``--env alfworld``
 (the default) and ``--env webshop`` are written here; ``--env math``'s sections (avg@k panels,
 tool calls, seed tests) live in ``learning_math_report.py``, to which :func:`write_report` hands
-over. The statistics and readers they share are ``learning_stats.py``. The WebShop report titles itself "WebShop", lists the panel's test goals, and gives per
-policy the success rate (score exactly 1.0), the mean WebShop score in [0, 1]
-(``webshop_task_score``, WebShop's own metric, arXiv 2207.01206) and the valid-action ratio; its
-plot has a second panel with the mean score. WebShop lists a search as ``search[<your query>]``, so the
-admissible-action ratio is left out there (a real query is never "listed").
+over. The statistics and readers they share are ``learning_stats.py``.
+
+The WebShop report titles itself "WebShop", lists the panel's test goals, and gives per policy
+the success rate (score exactly 1.0), the mean WebShop score in [0, 1] (``webshop_task_score``,
+WebShop's own metric, arXiv 2207.01206) and the valid-action ratio; its plot has a panel with the
+mean score. WebShop lists a search as ``search[<your query>]``, so the admissible-action ratio is
+left out there (a real query is never "listed").
 """
 
 from __future__ import annotations
