@@ -57,6 +57,12 @@ def get_policy_loss_fn(name: str) -> Callable:
     return POLICY_LOSS_REGISTRY[name]
 
 
+#: policy losses whose per-token loss is exactly 0 where the advantage is 0, each token on its
+#: own (so ``actor.skip_zero_advantage_rows`` leaves their gradient unchanged); Clip-Cov and
+#: KL-Cov pick their tokens from statistics over the whole micro-batch
+ZERO_ADVANTAGE_ZERO_LOSS = ("gpg", "vanilla")
+
+
 def check_config(actor: "ActorConfig") -> None:
     """Check the ``actor`` names this module owns: ``policy_loss`` (in the registry),
     ``loss_agg_mode`` (:data:`AGG_MODES`) and ``kl_loss_type`` (:data:`KL_TYPES`). Called by
@@ -68,6 +74,10 @@ def check_config(actor: "ActorConfig") -> None:
     if actor.policy_loss not in POLICY_LOSS_REGISTRY:
         raise ConfigError(f"actor.policy_loss: unknown policy loss {actor.policy_loss!r}; "
                           f"valid: {sorted(POLICY_LOSS_REGISTRY)}")
+    if actor.skip_zero_advantage_rows and actor.policy_loss not in ZERO_ADVANTAGE_ZERO_LOSS:
+        raise ConfigError(f"actor.skip_zero_advantage_rows: policy loss {actor.policy_loss!r} needs every row "
+                          f"(its token selection is over the whole micro-batch); it works with "
+                          f"{sorted(ZERO_ADVANTAGE_ZERO_LOSS)}")
     if actor.loss_agg_mode not in AGG_MODES:
         raise ConfigError(f"actor.loss_agg_mode: unknown mode {actor.loss_agg_mode!r}; valid: {list(AGG_MODES)}")
     if actor.kl_loss_type not in KL_TYPES:

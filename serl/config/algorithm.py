@@ -78,6 +78,14 @@ class ActorConfig:
     #: the loss tensor (verl pads to data.max_response_length; set that value when padding is
     #: dynamic so the Dr.GRPO normaliser stays constant, arXiv 2503.20783)
     loss_scale_factor: Optional[float] = None
+    #: leave the rows whose every token has advantage 0 (a group whose rewards all agree, a
+    #: Dr.BoT-filtered row) out of the update's forward/backward and old-log-prob passes, each
+    #: micro-batch's loss keeping the normaliser of all its rows. Their policy-gradient term is
+    #: exactly 0, so with entropy_coeff = 0 and no KL loss the gradient is the same up to float
+    #: rounding; otherwise their entropy bonus and KL penalty are dropped (verl runs every row:
+    #: False reproduces it). The actor/* metrics then cover the rows that train. One process,
+    #: vanilla or gpg loss, no SPEAR replay (serl.train.update.PolicyUpdate)
+    skip_zero_advantage_rows: bool = False
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``actor.<key>``: batch sizes, a non-finite or

@@ -205,6 +205,12 @@ class Config:
         _check(self.data.train_batch_size % n == 0, "data.train_batch_size",
                f"{self.data.train_batch_size} task groups cannot be split over trainer.num_processes={n} "
                f"processes (each plays whole groups); make it a multiple of {n}")
+        if self.actor.skip_zero_advantage_rows:
+            _check(n == 1, "actor.skip_zero_advantage_rows",
+                   f"runs in one process only (trainer.num_processes={n}: every rank must run its micro-steps)")
+            _check(not self.algorithm.spear.enable_trajectory_replay, "actor.skip_zero_advantage_rows",
+                   "cannot run with algorithm.spear.enable_trajectory_replay (the replay buffer stores every "
+                   "row's old log-probs, which the skip does not compute)")
         _check(not (self.trainer.strategy == "fsdp" and self.model.lora.r > 0), "trainer.strategy",
                "fsdp does not support LoRA (model.lora.r > 0): the LoRA policy is its own rollout model, which "
                "must not be sharded; use trainer.strategy=ddp (LoRA's optimizer state is small anyway)")

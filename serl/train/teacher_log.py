@@ -204,7 +204,7 @@ def trace_row(traj: Trajectory, step: Step, spans: list[list[int]], advantage: f
     }
 
 
-def serl_trace_fields(advantage: float, student_lp: torch.Tensor, teacher_lp: Optional[torch.Tensor],
+def serl_trace_fields(advantage: float, student_lp: Optional[torch.Tensor], teacher_lp: Optional[torch.Tensor],
                       action_mask: list[int], trained: bool, lam: float, weight_clip: float,
                       ctx: Optional[PrivilegedContext], skipped: bool = False) -> dict[str, Any]:
     """SERL's view of one row for the trace: its context and per-token weights W.
@@ -216,7 +216,8 @@ def serl_trace_fields(advantage: float, student_lp: torch.Tensor, teacher_lp: Op
 
     Args:
         advantage: the row's advantage (only the sign matters).
-        student_lp: ``[L]`` behaviour log-probs (nats) of the response tokens.
+        student_lp: ``[L]`` behaviour log-probs (nats) of the response tokens; None for a row
+            that ``actor.skip_zero_advantage_rows`` left out of the update (no weights then).
         teacher_lp: ``[L]`` teacher log-probs under the privileged prompt, or None (no context,
             or λ_eff = 0).
         action_mask: ``[L]`` 0/1 action tokens.
@@ -236,7 +237,7 @@ def serl_trace_fields(advantage: float, student_lp: torch.Tensor, teacher_lp: Op
                            "context": ctx.block() if shown else None,
                            "sources": sorted(ctx.sources) if shown else [],
                            "weights": None, "lp_gap": None, "teacher_scored": teacher_lp is not None}
-    if teacher_lp is None:
+    if teacher_lp is None or student_lp is None:  # no student log-probs: left out of the update
         return out
     n = len(action_mask)
     selected = torch.tensor(action_mask, dtype=torch.bool).unsqueeze(0) & bool(trained)

@@ -10,6 +10,11 @@ frozen-model log-probs, which arrive in the :class:`~serl.train.batch.UpdateBatc
 
 Departure from verl, exact: the old log-probs of the first mini-batch are the detached current
 log-probs (no parameter has changed yet), which saves one forward pass over those rows.
+
+With ``actor.skip_zero_advantage_rows`` (off by default: verl runs every row), the rows whose
+every token has advantage 0 are left out of the forward/backward passes and of the old-log-prob
+pass (:func:`trains_something`), and each micro-batch's loss is rescaled so that its normaliser
+is that of all its rows (:func:`kept_loss_factor`); those rows' old log-probs stay None.
 """
 
 from __future__ import annotations
@@ -44,6 +49,40 @@ def make_adamw(params, lr: float, weight_decay: float) -> torch.optim.AdamW:
         except (RuntimeError, TypeError, ValueError):
             continue
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def trains_something(batch: UpdateBatch) -> list[bool]:
+    """Per row of ``batch``: True when some response token has a non-zero advantage after its
+    mask (``advantages[i] * response_masks[i]``); a row with none has an all-zero
+    policy-gradient term under the vanilla and gpg losses."""
+    return [bool(((a * m) != 0).any()) for a, m in zip(batch.advantages, batch.response_masks)]
+
+
+def kept_loss_factor(micro: UpdateBatch, keep: list[int], loss_agg_mode: str,
+                     loss_scale_factor: Optional[float]) -> float:
+    """The factor that turns the loss of rows ``keep`` of ``micro``, aggregated over those rows
+    alone (:func:`serl.algos.losses.agg_loss`), into their share of the loss aggregated over all
+    of ``micro``'s rows (the left-out rows adding 0 to the sum): ``token-mean`` kept / all
+    response tokens under the masks; ``seq-mean-*`` kept / all rows;
+    ``seq-mean-token-sum-norm`` with ``loss_scale_factor`` None (the divisor is the padded
+    response length) kept / all longest response, else 1.
+
+    Raises:
+        ValueError: ``keep`` is empty or the mode is unknown.
+    """
+    if not keep:
+        raise ValueError("kept_loss_factor: no row kept")
+    if loss_agg_mode == "token-mean":
+        def tokens(rows):
+            return sum(float(micro.response_masks[i][: len(micro.response_ids[i])].sum()) for i in rows)
+        return tokens(keep) / max(tokens(range(len(micro))), 1.0) if tokens(keep) > 0 else 0.0
+    if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
+        return len(keep) / len(micro)
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        if loss_scale_factor is not None:
+            return 1.0
+        return max(len(micro.response_ids[i]) for i in keep) / max(len(r) for r in micro.response_ids)
+    raise ValueError(f"kept_loss_factor: unknown loss_agg_mode {loss_agg_mode!r}")
 
 
 class PolicyUpdate:
@@ -98,6 +137,8 @@ class PolicyUpdate:
                 for mini in part.split(a.ppo_mini_batch_size):
                     self.optimizer.zero_grad(set_to_none=True)
                     self._accumulate_gradients(part, mini, means)
+                    if a.skip_zero_advantage_rows:
+                        self._zero_missing_grads()
                     means.add(self._optimizer_step(part.prefix))
         self.train_model.eval()
         metrics = self.dist.reduce_means(means)  # N > 1: over every rank's micro-steps
@@ -137,9 +178,20 @@ class PolicyUpdate:
         first = 0 if self.cfg.algorithm.serl.student_logprob == "old" or self.dist.enabled \
             else self.cfg.actor.ppo_mini_batch_size
         targets = list(range(first, len(batch)))
+        if self.cfg.actor.skip_zero_advantage_rows:
+            trains = trains_something(batch)
+            targets = [i for i in targets if trains[i]]
         if targets:
             self.models.policy.eval()
             batch.fill_old_log_probs(targets, self.scorer.score(self.models.policy, batch.select(targets), autocast=True))
+
+    def _zero_missing_grads(self) -> None:
+        """Zero gradients where a mini-batch ran no backward (every row left out by
+        ``actor.skip_zero_advantage_rows``), so that AdamW steps as it would on the all-zero
+        gradient of those rows: its moments decay and it still moves the parameters."""
+        for p in self.models.policy.parameters():
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
 
     def _optimizer_step(self, prefix: str) -> dict[str, float]:
         """Clip the gradient norm to ``actor.grad_clip`` and step; a non-finite norm skips the step."""
@@ -152,7 +204,7 @@ class PolicyUpdate:
         return {f"{prefix}/grad_norm": grad_norm.item(), f"{prefix}/lr": self.optimizer.param_groups[0]["lr"]}
 
     def _micro_step(self, micro: UpdateBatch, mini_rows: int, weight: float = 1.0
-                    ) -> tuple[dict[str, float], list[torch.Tensor]]:
+                    ) -> tuple[dict[str, float], list[Optional[torch.Tensor]]]:
         """Forward/backward of one micro-batch, on-policy or SPEAR replay (the batch says which).
 
         loss = weight · loss_coef · len(micro)/mini_rows · N · [policy_loss(logπ_old, logπ, A·W, m)
@@ -162,11 +214,32 @@ class PolicyUpdate:
         batch uses the ``*_replay`` loss parameters and γ_t as ``loss_coef``. Tensors ``[b, R]``.
         ``N`` = the number of processes (DDP then averages the ranks' gradients:
         :func:`~serl.train.distributed.micro_loss_scale`); ``weight`` 0 = a padding micro-step.
+        With ``actor.skip_zero_advantage_rows`` (on-policy rows) only the rows that train run,
+        the loss times :func:`kept_loss_factor`; none of them: no pass at all.
 
         Returns:
             ``(metrics, old)``: the metrics under ``micro.prefix``, and per row the old log-probs
-            used (the detached current ones where the batch had none).
+            used (the detached current ones where the batch had none; None for a row left out).
         """
+        scale = micro_loss_scale(len(micro), mini_rows, self.dist.world_size) * weight
+        if not (self.cfg.actor.skip_zero_advantage_rows and micro.prefix == "actor"):
+            return self._forward_backward(micro, scale)
+        keep = [j for j, t in enumerate(trains_something(micro)) if t]
+        if len(keep) == len(micro):
+            return self._forward_backward(micro, scale)
+        old: list[Optional[torch.Tensor]] = [None] * len(micro)
+        if not keep:  # nothing in this micro-batch trains: no forward, no backward
+            return {}, old
+        a = self.cfg.actor
+        metrics, rows = self._forward_backward(
+            micro.select(keep), scale * kept_loss_factor(micro, keep, a.loss_agg_mode, a.loss_scale_factor))
+        for j, r in zip(keep, rows):
+            old[j] = r
+        return metrics, old
+
+    def _forward_backward(self, micro: UpdateBatch, scale: float) -> tuple[dict[str, float], list[torch.Tensor]]:
+        """The loss of :meth:`_micro_step` over the rows of ``micro``, times ``scale`` and the
+        batch's ``loss_coef``, backpropagated; returns its metrics and per row the old log-probs used."""
         a = self.cfg.actor
         b = micro.collate(self.pad_id).to(self.device)
         R = b.responses.shape[1]
@@ -184,8 +257,7 @@ class PolicyUpdate:
         if micro.teacher_log_probs is not None:
             adv_tok = self._serl_weighted(micro, b, adv_tok, mask, lp, old, metrics)
         loss = self._loss(micro, lp, ent, old, adv_tok, mask, metrics)
-        scale = micro_loss_scale(len(micro), mini_rows, self.dist.world_size)
-        self.dist.backward(loss * (scale * weight) * micro.loss_coef)
+        self.dist.backward(loss * scale * micro.loss_coef)
         return metrics, old_rows
 
     def _loss(self, micro: UpdateBatch, lp: torch.Tensor, ent: Optional[torch.Tensor], old: torch.Tensor,
