@@ -23,7 +23,7 @@ The keys read:
   ``timing/iteration_s`` and SERL's ``serl_action_mask/{weight_mean,weight_min,weight_max,
   delta_abs_mean,clipped_fraction}``, counted only on iterations where
   ``serl_action_mask/empty_target_batch`` is below 1 (otherwise the teacher scored no token and
-  the weights are the placeholder 1; see :func:`signal_table` for the partly scored ones).
+  the weights are the placeholder 1; see :func:`learning_stats.serl_weight_stats` for the partly scored ones).
 
 ``python benchmarks/learning_report.py --env math --workdir DIR`` (or this file, with the same
 options) rewrites both files of a partial experiment.
