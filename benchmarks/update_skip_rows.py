@@ -5,7 +5,8 @@ Rows: from a ``last_rollout.jsonl`` of a real ``serl train`` run (``--rollout``)
 with ALFWorld-like lengths (``benchmarks/throughput.py``'s ``load_rows``). A seeded share
 ``--zero-fraction`` of them gets advantage 0 (a group whose rewards all agree), the others ±1.
 The default 0.55 is what the ALFWorld CPU pilot of 2026-11-27 measured
-(``critic/advantages/nonzero_fraction`` 0.43-0.47 of its step rows); GSM8K's math leg had ~0.9.
+(``critic/advantages/nonzero_fraction`` 0.43-0.47 of its step rows); GSM8K's math leg had ~0.9
+(its Clip-Cov loss refuses the switch: ``actor.policy_loss=vanilla`` there).
 
 One untimed update first (AdamW allocates its state), then ``--repeats`` times the update
 without and with the skip, alternating, each from the same parameters. Prints the CPU model,
