@@ -22,8 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from serl.models.casting import to_dtype
 from serl.agent.chat_template import end_of_turn_token
+from serl.models.casting import to_dtype
 
 log = logging.getLogger(__name__)
 

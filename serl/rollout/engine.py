@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
 
 import torch
 
+from serl.agent.chat_template import turn_start_token
 from serl.errors import ConfigError
 from serl.rollout.sampling import SamplingParams  # defined there; callers may import it from here
 
@@ -204,11 +205,9 @@ class HFEngine:
         """Where a reply ends: the tokenizer's eos (the chat template's end of turn, see
         :func:`serl.models.loading.load_tokenizer`), the model's ``generation_config`` eos, and the
         template's turn-start token (:func:`~serl.agent.chat_template.turn_start_token`): a reply that
-        opens a new turn has ended its own. serl's first 200-game ALFWorld cold start, SFT'd where
-        eos was ``<|im_start|>``, ends every reply with it; without this stop it wrote a made-up
-        next turn up to ``data.max_response_length``."""
-        from serl.agent.chat_template import turn_start_token
-
+        opens a new turn has ended its own. The second version of serl's ALFWorld cold start, SFT'd
+        where eos was ``<|im_start|>``, ends every reply with it; without this stop it wrote a
+        made-up next turn up to ``data.max_response_length``."""
         ids = {tokenizer.eos_token_id}
         start = turn_start_token(tokenizer)
         if start is not None:

@@ -73,9 +73,8 @@ def kept_loss_factor(micro: UpdateBatch, keep: list[int], loss_agg_mode: str,
     if not keep:
         raise ValueError("kept_loss_factor: no row kept")
     if loss_agg_mode == "token-mean":
-        def tokens(rows):
-            return sum(float(micro.response_masks[i][: len(micro.response_ids[i])].sum()) for i in rows)
-        return tokens(keep) / max(tokens(range(len(micro))), 1.0) if tokens(keep) > 0 else 0.0
+        tokens = [float(m[: len(r)].sum()) for m, r in zip(micro.response_masks, micro.response_ids)]
+        return sum(tokens[i] for i in keep) / max(sum(tokens), 1.0)
     if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
         return len(keep) / len(micro)
     if loss_agg_mode == "seq-mean-token-sum-norm":
