@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -386,7 +387,7 @@ def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str,
     complete = all(len(finished[a]) == len(args.seeds) for a in args.algos)
     ids = list(panel_won(workdir, "sft", 0, f"{split_label(args.splits[0])}_greedy"))  # panel order
     md = ["# Learning experiment: math (GSM8K with a code interpreter)", "",
-          "Command: `python benchmarks/learning.py " + " ".join(sys.argv[1:]) + "`", "",
+          f"Command: `python benchmarks/{Path(sys.argv[0]).name} {shlex.join(sys.argv[1:])}`", "",
           f"Machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__}, dtype "
           f"{pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU).", "",
           *settings_lines(workdir, args),

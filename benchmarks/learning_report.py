@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -285,7 +286,7 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
         f"dtype {pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU)")
     md = [
         "# Learning experiment" + (": WebShop" if ws else ""), "",
-        "Command: `python benchmarks/learning.py " + " ".join(sys.argv[1:]) + "`", "",
+        f"Command: `python benchmarks/{Path(sys.argv[0]).name} {shlex.join(sys.argv[1:])}`", "",
         f"Machine: {machine}.", "",
         settings_line(args), "",
         *(["## Findings", "", (workdir / "NOTES.md").read_text().strip(), ""] if (workdir / "NOTES.md").exists() else []),

@@ -398,7 +398,9 @@ def test_math_report_script_rewrites_a_partial_workdir(tmp_path):
                         "--report-md", str(tmp_path / "out.md"), "--report-png", str(tmp_path / "out.png")],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert (tmp_path / "out.md").read_text().startswith("# Learning experiment: math") and r.stderr == ""
+    md = (tmp_path / "out.md").read_text()
+    assert md.startswith("# Learning experiment: math") and r.stderr == ""
+    assert "Command: `python benchmarks/learning_report.py --env math --workdir " in md  # the script that ran
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
