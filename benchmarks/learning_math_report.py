@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -43,7 +42,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_options import algos_for, panel_labels, split_description, split_label  # noqa: E402  (a sibling script: this folder is on sys.path)
+from learning_options import algos_for, command_line, panel_labels, split_description, split_label  # noqa: E402  (a sibling script: this folder is on sys.path)
 from learning_stats import (_TIE, load_panel, load_train, mcnemar_p, mean_std, moving_average,  # noqa: E402
                             panel_won, permutation_p, run_ends, seed_band, serl_weight_stats, sign_flip_p)
 
@@ -387,7 +386,7 @@ def write_math_report(workdir: Path, args: argparse.Namespace, phases: dict[str,
     complete = all(len(finished[a]) == len(args.seeds) for a in args.algos)
     ids = list(panel_won(workdir, "sft", 0, f"{split_label(args.splits[0])}_greedy"))  # panel order
     md = ["# Learning experiment: math (GSM8K with a code interpreter)", "",
-          f"Command: `python benchmarks/{Path(sys.argv[0]).name} {shlex.join(sys.argv[1:])}`", "",
+          f"Command: `{command_line()}`", "",
           f"Machine: {cpu}, {os.cpu_count()} cores, torch {torch.__version__}, dtype "
           f"{pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU).", "",
           *settings_lines(workdir, args),

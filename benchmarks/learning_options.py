@@ -14,6 +14,9 @@ library.
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
+from pathlib import Path
 
 #: the ``--help`` description (the first line of ``learning.py``'s docstring)
 DESCRIPTION = "Does serl learn? Expert cold start, then GRPO vs SERL from the same SFT checkpoint, on real games."
@@ -97,6 +100,14 @@ def split_description(split: str, panel_size: int) -> str:
     name, k = split_spec(split)
     return f"every problem of {name} with at most {k} calculator step{'s' if k > 1 else ''}" if k else \
         f"the first {panel_size} problems of {name}"
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that wrote a report, as a user re-runs it: ``python benchmarks/<script> <args>``,
+    the script that ran (``learning.py``, or ``learning_report.py`` rewriting a report) with its
+    own arguments, shell-quoted (``argv``: default ``sys.argv``)."""
+    argv = sys.argv if argv is None else argv
+    return f"python benchmarks/{Path(argv[0]).name} {shlex.join(argv[1:])}"
 
 
 def panel_labels(args: argparse.Namespace, iteration: int | None = None) -> list[tuple[str, str, str]]:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from learning_options import command_line  # noqa: E402
 from learning_stats import (load_panel, load_train, mcnemar_p, mean_std, moving_average, panel_won,  # noqa: E402
                             run_ends, seed_band, serl_weight_stats)
 
@@ -286,7 +286,7 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
         f"dtype {pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU)")
     md = [
         "# Learning experiment" + (": WebShop" if ws else ""), "",
-        f"Command: `python benchmarks/{Path(sys.argv[0]).name} {shlex.join(sys.argv[1:])}`", "",
+        f"Command: `{command_line()}`", "",
         f"Machine: {machine}.", "",
         settings_line(args), "",
         *(["## Findings", "", (workdir / "NOTES.md").read_text().strip(), ""] if (workdir / "NOTES.md").exists() else []),
