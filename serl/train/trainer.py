@@ -50,7 +50,7 @@ from serl.errors import CheckpointError
 from serl.hindsight.builder import SerlContextBuilder
 from serl.models.loading import pick_device
 from serl.models.teacher import Teacher
-from serl.rollout.engine import default_memory_share, logprob_gap_metrics, make_engine
+from serl.rollout.engine import engine_options, logprob_gap_metrics, make_engine
 from serl.train.batch import UpdateBatch
 from serl.train.checkpoint import check_resumable, load_checkpoint, load_newest_intact, remove_stale_tmp_dirs, rng_state, save_checkpoint, set_rng_state
 from serl.train.collect import TrainRollout
@@ -360,14 +360,10 @@ class Trainer:
         return train_model, optimizer
 
     def _engine_options(self) -> dict[str, Any]:
-        """The settings of the rollout engine (:func:`~serl.rollout.engine.make_engine`)."""
-        r, m = self.cfg.rollout, self.models
-        return dict(model_path=m.model_path, dtype=m.infer_dtype, unpadded_prefill=r.unpadded_prefill,
-                    gpu_memory_utilization=(r.gpu_memory_utilization if r.gpu_memory_utilization is not None
-                                            else default_memory_share(self.device)),
-                    enable_prefix_caching=r.enable_prefix_caching,
-                    max_model_len=self.cfg.data.max_prompt_length + self.cfg.data.max_response_length,
-                    seed=self.cfg.seed)
+        """The settings of the rollout engine (:func:`~serl.rollout.engine.engine_options`)."""
+        cfg = self.cfg
+        return engine_options(cfg.rollout, self.models.model_path, self.models.infer_dtype, self.device,
+                              cfg.data.max_prompt_length + cfg.data.max_response_length, cfg.seed)
 
     def _full_policy(self):
         """The policy with full parameters, as a module: the policy itself, or with FSDP its
