@@ -31,8 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from learning_options import command_line  # noqa: E402
-from learning_stats import (load_panel, load_train, mcnemar_p, mean_std, moving_average, panel_won,  # noqa: E402
-                            run_ends, seed_band, serl_weight_stats)
+from learning_stats import (load_panel, load_train, mcnemar_p, mean_std, moving_average, paired_counts_p,  # noqa: E402
+                            panel_won, run_ends, seed_band, serl_weight_stats)
 
 from serl.utils import cpu_model  # noqa: E402
 
@@ -180,13 +180,16 @@ def paired_table(workdir: Path, algos, seeds, splits, ends: dict[str, int], held
     """Per run and split, the panel games won at its end vs at the SFT start, paired game by game:
     games only the end wins (b), games only the start wins (c) and the exact McNemar p
     (:func:`learning_stats.mcnemar_p`); then the held-out splits ``held_out`` pooled, and per
-    algorithm every run pooled (the runs share the start's answers, so a pooled p overstates the
-    evidence)."""
+    algorithm every run pooled: McNemar on the pooled counts (the runs share the start's answers,
+    so that p overstates the evidence) and the test with the task as the unit
+    (:func:`learning_stats.paired_counts_p`: "by task", its columns the tasks that moved up and
+    down on net)."""
     start = {x: panel_won(workdir, "sft", 0, x) for x in splits}
     lines = ["| run | panel | start won | end won | only the end wins | only the start wins | McNemar p |",
              "|---|---|---|---|---|---|---|"]
     for algo in algos:
         total = [0, 0]
+        nets: dict[tuple[str, str], int] = {}
         runs = [f"{algo}_s{s}" for s in seeds if f"{algo}_s{s}" in ends]
         for run in runs:
             pooled = [0, 0, 0, 0]
@@ -202,6 +205,8 @@ def paired_table(workdir: Path, algos, seeds, splits, ends: dict[str, int], held
                              f"| {mcnemar_p(b, c):.3f} |")
                 if x in held_out:
                     pooled = [pooled[0] + won[0], pooled[1] + won[1], pooled[2] + b, pooled[3] + c]
+                    for t in both:
+                        nets[(x, t)] = nets.get((x, t), 0) + int(end[t]) - int(start[x][t])
             if len(held_out) > 1:
                 lines.append(f"| {run} | held-out ({' + '.join(held_out)}) | {pooled[0]} | {pooled[1]} | {pooled[2]} "
                              f"| {pooled[3]} | {mcnemar_p(pooled[2], pooled[3]):.3f} |")
@@ -209,6 +214,9 @@ def paired_table(workdir: Path, algos, seeds, splits, ends: dict[str, int], held
         if len(runs) > 1:
             lines.append(f"| {algo}, {len(runs)} runs pooled | held-out | | | {total[0]} | {total[1]} "
                          f"| {mcnemar_p(total[0], total[1]):.3f} |")
+            net = list(nets.values())
+            lines.append(f"| {algo}, {len(runs)} runs by task | held-out | | | {sum(n > 0 for n in net)} "
+                         f"| {sum(n < 0 for n in net)} | {paired_counts_p(net):.3f} |")
     return lines
 
 

@@ -98,6 +98,30 @@ def mcnemar_p(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def paired_counts_p(nets: list[int]) -> float:
+    """Exact two-sided sign-flip test of several runs' paired outcomes against one shared start,
+    with the task as the unit: ``nets[i]`` = runs that win task i where the start lost, minus runs
+    that lose it where the start won. p = P(|Σ sᵢ·nets[i]| ≥ |Σ nets[i]|) over independent fair
+    signs sᵢ, by exact convolution of the integer sums. Runs that share the start's answers are
+    not independent pairs, so McNemar on their pooled counts overstates the evidence; this test
+    lets a task that moves in every run count once with its weight. With one run (every net
+    ±1 or 0) it equals :func:`mcnemar_p`. Raises ``ValueError`` for a non-integer value."""
+    if any(not isinstance(n, int) for n in nets):
+        raise ValueError(f"paired_counts_p: needs integer nets, got {nets}")
+    weights = [abs(n) for n in nets if n]
+    obs = abs(sum(nets))
+    if obs == 0:
+        return 1.0
+    dist = {0: 1}  # sum -> number of sign vectors reaching it
+    for w in weights:
+        nxt: dict[int, int] = {}
+        for s, k in dist.items():
+            nxt[s + w] = nxt.get(s + w, 0) + k
+            nxt[s - w] = nxt.get(s - w, 0) + k
+        dist = nxt
+    return sum(k for s, k in dist.items() if abs(s) >= obs) / 2 ** len(weights)
+
+
 #: SERL's weight metrics (arXiv 2605.19447; :func:`serl.algos.selective_weights.serl_token_weights`)
 SERL_KEYS = ("weight_mean", "weight_min", "weight_max", "delta_abs_mean", "clipped_fraction")
 

@@ -268,7 +268,14 @@ def test_math_report_statistics_by_hand():
     assert stats.permutation_p([0.75, 0.75, 1.0], [0.25, 0.5, 0.75]) == pytest.approx(0.3)  # 6 of 20
     assert stats.mcnemar_p(0, 5) == 0.0625 and stats.mcnemar_p(1, 1) == 1.0 and stats.mcnemar_p(0, 0) == 1.0
     assert stats.mcnemar_p(8, 1) == pytest.approx(2 * 10 / 512)
-    for bad in (lambda: stats.sign_flip_p([]), lambda: stats.permutation_p([], [1.0]), lambda: stats.mcnemar_p(-1, 2)):
+    # by task: one run (nets ±1) is McNemar; [3, 3]: sums ±6 and 0 (twice), |.| >= 6 in 2 of 4
+    assert stats.paired_counts_p([1] * 8 + [-1, 0, 0]) == stats.mcnemar_p(8, 1)
+    assert stats.paired_counts_p([3, 3]) == 0.5 and stats.paired_counts_p([2, 1, 1]) == 0.25
+    assert stats.paired_counts_p([2, -1]) == 1.0 and stats.paired_counts_p([0, 0]) == 1.0
+    # the same 6 up / 0 down as pooled counts: McNemar says 0.031, the tasks (two, each up 3 times) 0.5
+    assert stats.mcnemar_p(6, 0) == 0.03125
+    for bad in (lambda: stats.sign_flip_p([]), lambda: stats.permutation_p([], [1.0]), lambda: stats.mcnemar_p(-1, 2),
+                lambda: stats.paired_counts_p([1.0])):
         with pytest.raises(ValueError):
             bad()
 
@@ -493,6 +500,16 @@ def test_alfworld_report_pairs_each_run_end_with_the_start_by_hand(tmp_path):
     # pooled held-out: b = 5, c = 1: p = 2 * (1 + 6) / 64
     assert f"| grpo_s0 | held-out (valid_seen + valid_unseen) | 2 | 6 | 5 | 1 | {2 * 7 / 64:.3f} |" in table
     assert not [x for x in table if x.startswith("| serl")]
+    # two seeds pooled: McNemar on the counts, and by task (g0 of valid_unseen up in both runs: net 2)
+    _panel(work, "grpo_s1", 3, "valid_seen", [T, T, F, F, F, F])    # no change
+    _panel(work, "grpo_s1", 3, "valid_unseen", [T, F, F, F])        # +1 (g0)
+    ends = stats.run_ends(stats.load_panel(work), ["grpo_s0", "grpo_s1"], splits)
+    table = lr.paired_table(work, ["grpo"], [0, 1], splits, ends, splits)
+    assert f"| grpo, 2 runs pooled | held-out | | | 6 | 1 | {2 * 8 / 128:.3f} |" in table
+    # nets: valid_seen g1 -1, g2 g3 g4 +1, valid_unseen g0 +2, g1 +1: |sum| 5 of weights 1,1,1,1,2,1
+    assert f"| grpo, 2 runs by task | held-out | | | 5 | 1 | {stats.paired_counts_p([-1, 1, 1, 1, 2, 1]):.3f} |" in table
+    # weights 1, 1, 1, 1, 1, 2 (sum 7): S >= 5 with all signs + or one weight-1 sign flipped (6 vectors), S <= -5 alike
+    assert stats.paired_counts_p([-1, 1, 1, 1, 2, 1]) == 12 / 64
     final = lr.final_table(evals, ["grpo", "serl"], [0], splits, ends)
     assert "| grpo, iteration 3 | valid_seen | 0.667 ± 0.000 (n=1) | 1.000 ± 0.000 (n=1) | 1.000 ± 0.000 (n=1) |" in final
     assert "| serl | valid_seen | not evaluated yet | | |" in final
@@ -594,3 +611,40 @@ def test_math_report_runs_stopped_by_train_seconds_end_where_they_stopped(tmp_pa
     assert "| serl | 3 | 8 | 2 | 0.109 |" in md
     without = lmr.write_math_report(work, parse_args(base), {}, "Test CPU").read_text()  # no cap: seed 2 unfinished
     assert "Status: **partial**" in without and "| serl | 2 | 5 | 1 |" in without
+
+
+# ---------------------------------------------------------------------------- the null control
+def test_null_update_keeps_each_layers_update_size_in_a_new_direction(tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    import null_update
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 3, generator=g), torch.randn(4, 2, generator=g)
+    state = {"m.q.lora_A.weight": a, "m.q.lora_B.weight": b, "m.norm.weight": torch.ones(3)}
+    new, scales = null_update.random_direction(state, seed=1)
+    assert len(scales) == 1 and new["m.q.lora_A.weight"] is a and new["m.norm.weight"] is state["m.norm.weight"]
+    nb = new["m.q.lora_B.weight"]
+    assert torch.allclose(nb.abs(), b.abs() * scales[0])          # the same entries up to sign, rescaled
+    assert not torch.equal(torch.sign(nb), torch.sign(b))          # some signs flipped (seed 1)
+    assert torch.allclose((nb @ a).norm(), (b @ a).norm())         # ||ΔW||_F kept
+    assert torch.equal(null_update.random_direction(state, 1)[0]["m.q.lora_B.weight"], nb)  # seeded
+    with pytest.raises(ValueError, match="no lora_B"):
+        null_update.random_direction({"w": a}, 0)
+    with pytest.raises(ValueError, match="lora_A"):
+        null_update.random_direction({"m.lora_B.w": b}, 0)
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_000002").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "checkpoints" / "latest").write_text("iter_000002\n")
+    save_file(state, str(run / "checkpoints" / "iter_000002" / "policy.safetensors"))
+    torch.save({"iteration": 2}, run / "checkpoints" / "iter_000002" / "state.pt")
+    out = tmp_path / "null"
+    assert null_update.write_null_run(run, out, 1) == scales
+    written = load_file(str(out / "checkpoints" / "iter_000002" / "policy.safetensors"))
+    assert torch.equal(written["m.q.lora_B.weight"], nb) and (out / "config.yaml").read_text() == "seed: 0\n"
+    assert (out / "checkpoints" / "latest").read_text().strip() == "iter_000002"
+    with pytest.raises(FileNotFoundError, match="config.yaml"):
+        null_update.write_null_run(tmp_path / "null" / "checkpoints", tmp_path / "x", 1)
