@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from learning_options import algos_for, command_line, panel_labels, split_description, split_label  # noqa: E402  (a sibling script: this folder is on sys.path)
 from learning_stats import (_TIE, load_panel, load_train, mcnemar_p, mean_std, moving_average,  # noqa: E402
-                            panel_won, permutation_p, run_ends, seed_band, serl_weight_stats, sign_flip_p)
+                            paired_counts_p, panel_won, permutation_p, run_ends, seed_band, serl_weight_stats, sign_flip_p)
 
 #: metrics.jsonl keys of the per-step signal: (table header, key)
 SIGNAL_KEYS = [("train accuracy", "episode/success_rate"), ("tool-call rate", "tool/trajectory_with_call_fraction"),
@@ -136,7 +136,8 @@ def significance(workdir: Path, evals, args, split: str, finished: dict[str, lis
                  ends: Optional[dict[str, int]] = None) -> list[str]:
     """Per algorithm at the last iteration (finished seeds): greedy accuracy and avg@k vs the SFT
     start (exact sign-flip test over seeds) and vs GRPO (exact two-sample permutation test over
-    seeds), and the per-problem paired McNemar test vs the SFT start, pooled over seeds."""
+    seeds), and per problem vs the SFT start, pooled over seeds: McNemar on the pooled counts and
+    the test with the problem as the unit (:func:`learning_stats.paired_counts_p`)."""
     g, s = f"{split_label(split)}_greedy", f"{split_label(split)}_avg{args.panel_avg_k}"
     metrics = [("greedy accuracy", g, "success_rate")]
     if args.panel_avg_k:
@@ -172,21 +173,31 @@ def significance(workdir: Path, evals, args, split: str, finished: dict[str, lis
     sft_won = panel_won(workdir, "sft", 0, g)
     for algo in args.algos:
         b = c = 0
+        nets: dict[str, int] = {}
         for x in finished[algo]:
             won = panel_won(workdir, f"{algo}_s{x}", last(f"{algo}_s{x}"), g)
             b += sum(won[t] and not sft_won[t] for t in won if t in sft_won)
             c += sum(sft_won[t] and not won[t] for t in won if t in sft_won)
+            for t in won:
+                if t in sft_won:
+                    nets[t] = nets.get(t, 0) + int(won[t]) - int(sft_won[t])
         if finished[algo] and sft_won:
-            paired.append(f"| {algo} | {len(finished[algo])} | {b} | {c} | {mcnemar_p(b, c):.3f} |")
+            net = list(nets.values())
+            paired.append(f"| {algo} | {len(finished[algo])} | {b} | {c} | {mcnemar_p(b, c):.3f} | "
+                          f"{sum(n > 0 for n in net)} / {sum(n < 0 for n in net)} | {paired_counts_p(net):.3f} |")
     n = len(args.seeds)
     out = [*sentences, "", *lines, "",
            f"With {n} seeds the smallest possible sign-flip p is {2 / 2 ** n:.3f} and the smallest two-sample "
            f"permutation p is {2 / math.comb(2 * n, n):.3f}: across seeds alone, {n} seeds cannot reach p < 0.05.", ""]
     if paired:
         out += ["Per problem (greedy, paired with the SFT start's answer to the same problem, pooled over the "
-                "finished seeds; the seeds share the SFT answers, so this overstates the evidence):", "",
-                "| algorithm | seeds | problems only RL solves | problems only SFT solves | exact McNemar p |",
-                "|---|---|---|---|---|", *paired, ""]
+                "finished seeds). The seeds share the SFT answers, so McNemar on the pooled counts overstates "
+                "the evidence; the last two columns take the problem as the unit: the problems whose net "
+                "change over the seeds is up / down, and the exact sign-flip p of those net changes "
+                "(`learning_stats.paired_counts_p`; with one seed it is McNemar's):", "",
+                "| algorithm | seeds | problems only RL solves | problems only SFT solves | exact McNemar p "
+                "| problems up / down, net over seeds | by-problem p |",
+                "|---|---|---|---|---|---|---|", *paired, ""]
     return out
 
 

@@ -375,7 +375,9 @@ def test_math_report_from_synthetic_files(tmp_path):
     assert "| grpo | greedy accuracy | 2 / 1 / 0 | +0.250 | 0.500 | — | — |" in md
     assert "| serl | greedy accuracy | 3 / 0 / 0 | +0.583 | 0.250 | +0.333 | 0.300 |" in md
     # per problem: serl solves 2 + 3 + 3 problems the SFT start misses, and misses problem 0 once
-    assert "| serl | 3 | 8 | 1 | 0.039 |" in md
+    # by problem, net over the seeds: problem 0 -1 (lost by seed 1), 1 and 2 +3, 3 +2: |sum| 7 of weights
+    # 1, 3, 3, 2 is reached by all signs + and by the 1 flipped, and their negatives: 4 of 16
+    assert "| serl | 3 | 8 | 1 | 0.039 | 3 / 1 | 0.250 |" in md
     # signal per 2 iterations: grpo seed means (0.25, 0, 0.5) -> 0.250 ± 0.250; (0.75, 0.5, 0.5) -> 0.583 ± 0.144
     assert "| 1–2 | 3 | 0.250 ± 0.250 | 1.000 | 0.500 | 60.0 | — | — | — |" in md
     assert "| 3–4 | 3 | 0.583 ± 0.144 | 1.000 | 0.500 | 60.0 | — | — | — |" in md
