@@ -105,7 +105,9 @@ def paired_counts_p(nets: list[int]) -> float:
     signs sᵢ, by exact convolution of the integer sums. Runs that share the start's answers are
     not independent pairs, so McNemar on their pooled counts overstates the evidence; this test
     lets a task that moves in every run count once with its weight. With one run (every net
-    ±1 or 0) it equals :func:`mcnemar_p`. Raises ``ValueError`` for a non-integer value."""
+    ±1 or 0) it equals :func:`mcnemar_p`. The one-sample sign-flip test of Fisher 1935 (Good,
+    *Permutation Tests*, 2nd ed., §3.1) on the tasks' nets, exact at any number of tasks.
+    Raises ``ValueError`` for a non-integer value."""
     if any(not isinstance(n, int) for n in nets):
         raise ValueError(f"paired_counts_p: needs integer nets, got {nets}")
     weights = [abs(n) for n in nets if n]
