@@ -5,8 +5,7 @@ the other. To tell how much of an RL run's panel change its direction earned, ev
 update with its direction randomised. This script copies the latest checkpoint of a LoRA run
 (``serl train`` with ``model.lora.r > 0``) to a new run folder with every LoRA ``B`` entry's sign
 flipped at random and each layer rescaled so that the update ``ΔW = B·A`` keeps its Frobenius
-norm (``A`` is kept: it is the layer's random initialisation, and training moves it little; the
-LoRA scale α/r is the same factor on both sides). Then evaluate both folders on one panel::
+norm (``A``, as trained, is kept; the LoRA scale α/r is the same factor on both sides). Then evaluate both folders on one panel::
 
     python benchmarks/null_update.py RUN OUT --seed 1
     serl eval --run OUT --split gsm8k:test --num-tasks -1 --greedy --seed 1000 --out OUT/eval
