@@ -56,12 +56,18 @@ def _check_row_layout(cfg: Config) -> None:
     """A step-row estimator (:data:`serl.algos.advantages.STEP_ROW_ESTIMATORS`: GiGPO) needs an env
     whose rows are one per env step (:func:`serl.envs.base.row_layout`, read without importing the
     env), and so does a SERL sampling mode outside :data:`serl.hindsight.modes.TRAJECTORY_ROW_MODES`;
-    raises :class:`ConfigError` otherwise."""
+    ``env.prompt_layout=conversation`` needs a step-row env with a turn builder (an env that plays
+    one row per trajectory, math, is one conversation already and ignores the key); raises
+    :class:`ConfigError` otherwise."""
     layout = env_base.row_layout(cfg.env.name)
     if cfg.algorithm.adv_estimator in advantages.STEP_ROW_ESTIMATORS and layout != "step":
         raise ConfigError(f"algorithm.adv_estimator: {cfg.algorithm.adv_estimator} needs one row per env step (its "
                           f"step groups are anchor states), but env {cfg.env.name!r} trains one row per trajectory; "
                           "use grpo, drgrpo, rloo or reinforce_plus_plus_baseline")
+    if cfg.env.prompt_layout == "conversation" and layout == "step" and not getattr(
+            env_base.get_env_class(cfg.env.name), "turn_builder", ""):
+        raise ConfigError(f"env.prompt_layout: env {cfg.env.name!r} has no conversation layout (its class names no "
+                          "turn_builder); use env.prompt_layout=step")
     sc = cfg.algorithm.serl
     if sc.enable and layout != "step" and modes.canonical_mode(sc.sampling_mode) not in modes.TRAJECTORY_ROW_MODES:
         raise ConfigError(f"algorithm.serl.sampling_mode: {sc.sampling_mode} needs one row per env step; env "

@@ -17,6 +17,9 @@ from serl.errors import ConfigError
 DTYPES = ("auto", "bfloat16", "float32")
 #: env pools: local worker processes, or Ray actors (``pip install 'serl[ray]'``)
 ENV_POOLS = ("process", "ray")
+#: ``env.prompt_layout`` values and ``env.turn_actions`` values
+PROMPT_LAYOUTS = ("step", "conversation")
+TURN_ACTIONS = ("all", "state", "none")
 
 
 def _check(cond: bool, key: str, msg: str) -> None:
@@ -165,6 +168,17 @@ class EnvConfig:
     max_steps: int = 50
     #: (observation, action) pairs shown in the prompt (verl-agent's memory)
     history_length: int = 2
+    #: how an episode is shown to the policy: ``step`` (verl-agent's: a fresh single-turn prompt
+    #: per step with the last ``history_length`` steps, one training row per step) | ``conversation``
+    #: (one chat per episode: each env step appends a user turn to it, the rollout reuses its KV
+    #: cache, the update trains one row per episode; serl's, docs in ``serl.rollout.collector``).
+    #: Envs whose rollout loop is already one conversation (math) ignore it
+    prompt_layout: str = "step"
+    #: ``prompt_layout=conversation``: the admissible actions listed in each later user turn:
+    #: ``all`` (as the first turn and the step layout) | ``state`` (ALFWorld: all but the
+    #: ``go to``/``look``/``inventory``/``help`` commands, which do not change within an episode and
+    #: are listed in the first turn) | ``none`` (the first turn's list only)
+    turn_actions: str = "state"
     #: env worker processes; 0 = one per CPU core (capped by the number of envs)
     num_workers: int = 0
     #: seconds to wait for one env worker reply before declaring it hung
@@ -205,6 +219,10 @@ class EnvConfig:
         _check(self.rollout.n >= 1, "env.rollout.n", "must be >= 1")
         _check(self.max_steps >= 1, "env.max_steps", "must be >= 1")
         _check(self.history_length >= 0, "env.history_length", "must be >= 0")
+        _check(self.prompt_layout in PROMPT_LAYOUTS, "env.prompt_layout",
+               f"unknown prompt layout {self.prompt_layout!r}; valid: {list(PROMPT_LAYOUTS)}")
+        _check(self.turn_actions in TURN_ACTIONS, "env.turn_actions",
+               f"unknown value {self.turn_actions!r}; valid: {list(TURN_ACTIONS)}")
         _check(self.num_workers >= 0, "env.num_workers", "must be >= 0 (0 = one per CPU core)")
         _check(self.worker_timeout > 0, "env.worker_timeout", "must be > 0 seconds")
         _check(self.pool in ENV_POOLS, "env.pool", f"unknown env pool {self.pool!r}; valid: {list(ENV_POOLS)}")

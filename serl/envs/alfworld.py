@@ -176,6 +176,7 @@ class AlfWorldEnv(BaseTextEnv):
 
     name = "alfworld"
     prompt_builder = "serl.agent.prompts.alfworld:build_prompt"
+    turn_builder = "serl.agent.prompts.alfworld:build_turn"
     default_max_steps = DEFAULT_MAX_STEPS
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None):

@@ -120,7 +120,8 @@ class BaseTextEnv:
     - :meth:`tasks_from_config`: the tasks of a split;
     - :attr:`prompt_builder`: ``"module:function"`` of the step-prompt builder (see
       :mod:`serl.agent.prompts`), resolved lazily by :func:`serl.agent.prompts.get_prompt_builder`;
-      the env itself never imports it (envs know nothing of LLMs);
+      the env itself never imports it (envs know nothing of LLMs); :attr:`turn_builder` likewise
+      for the later turns of the conversation layout;
     - :meth:`episode_metrics`: extra evaluation metrics of finished episodes.
 
     A subclass must also implement ``reset``, ``step``, ``close`` (:class:`TextEnv`) and the
@@ -131,6 +132,10 @@ class BaseTextEnv:
     name: str = ""
     #: ``"module:function"`` of the prompt builder in :mod:`serl.agent.prompts` ("" = none)
     prompt_builder: str = ""
+    #: ``"module:function"`` of the later-turn builder of ``env.prompt_layout=conversation``
+    #: (``build(observation, admissible_actions, step_count, turn_actions) -> str``; "" = the env
+    #: has no conversation layout)
+    turn_builder: str = ""
     #: the env's own episode step limit (its constructor's default; ALFWorld 50, WebShop 15)
     default_max_steps: int = 50
     #: ``"module:Class"`` of the rollout loop that plays this env (resolved by the trainer, never

@@ -22,7 +22,7 @@ import copy
 
 import torch
 
-from serl.agent.chat import prompt_ids
+from serl.agent.chat import conversation_head, prompt_ids
 from serl.hindsight.rendering import teacher_user_message
 from serl.models.casting import to_dtype
 from serl.models.lora import POLICY_ADAPTER, TEACHER_ADAPTER, AdapterView, add_frozen_adapter_copy, copy_adapter
@@ -98,7 +98,8 @@ class AdapterReference:
 
 
 def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncation: str = "privileged",
-                       prompt_format: str = "chat") -> tuple[list[int], bool]:
+                       prompt_format: str = "chat", student_prompt_ids: list[int] | None = None
+                       ) -> tuple[list[int], bool]:
     """Token ids of the teacher's chat prompt for one row, capped at ``max_len`` tokens.
 
     Args:
@@ -108,12 +109,25 @@ def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncat
         max_len: token cap (``max_reprompt_len``).
         truncation: ``privileged`` (cut the block from its start) or ``right`` (original).
         prompt_format: the student row's ``Step.prompt_format`` (:func:`serl.agent.chat.prompt_ids`).
+            ``conversation``: the teacher sees the student's chat so far, its last user turn
+            (``prompt``) carrying the privileged block (serl's; the original has step rows only),
+            so the teacher and the student differ by the hindsight alone.
+        student_prompt_ids: the student row's prompt ids; needed for ``conversation``.
 
     Returns:
         ``(ids, has_context)``; ``has_context`` is False when nothing of the block fits, in which
         case the row must be trained as plain GRPO (``serl_mask = 0``).
     """
-    ids = prompt_ids(tokenizer, teacher_user_message(prompt, block), prompt_format)
+    head = None
+    if prompt_format == "conversation":
+        if student_prompt_ids is None:
+            raise ValueError("teacher_prompt_ids: a conversation-layout row needs student_prompt_ids")
+        head = conversation_head(tokenizer, student_prompt_ids, prompt)
+
+    def render(user_text: str) -> list[int]:
+        return prompt_ids(tokenizer, user_text, prompt_format, head)
+
+    ids = render(teacher_user_message(prompt, block))
     if len(ids) <= max_len:
         return ids, True
     if truncation == "right":
@@ -123,10 +137,10 @@ def teacher_prompt_ids(tokenizer, prompt: str, block: str, max_len: int, truncat
     drop = len(ids) - max_len + mark
     for _ in range(4):  # decode/re-encode can shift counts by a few tokens
         if drop >= len(block_ids):
-            return prompt_ids(tokenizer, prompt, prompt_format), False
+            return render(prompt), False
         cut = TRUNCATION_MARK + tokenizer.decode(block_ids[drop:], skip_special_tokens=True)
-        ids = prompt_ids(tokenizer, teacher_user_message(prompt, cut), prompt_format)
+        ids = render(teacher_user_message(prompt, cut))
         if len(ids) <= max_len:
             return ids, True
         drop += len(ids) - max_len + 2
-    return prompt_ids(tokenizer, prompt, prompt_format), False
+    return render(prompt), False

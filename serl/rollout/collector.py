@@ -5,6 +5,28 @@ verl-agent's ``TrajectoryCollector.vanilla_multi_turn_loop``
 departures: envs that are done are not stepped and produce no rows (the original steps them and
 drops the "garbage rows" later), and the action-token mask is computed here on the sampled ids.
 Every group's ``G`` envs replay the same task (same game file / goal and seed).
+
+Two prompt layouts (``env.prompt_layout``):
+
+* ``step`` (verl-agent's): each step is a fresh single-turn chat (:func:`build_step_prompt`:
+  task, the last ``history_length`` steps, the observation, the admissible actions);
+* ``conversation`` (serl's): the episode is one chat, built token in, token out as the math tool
+  loop builds its own (:mod:`serl.agent.tool_chat`)::
+
+      step 0 prompt  = the step layout's first prompt (chat template: system, user, assistant header)
+      step t prompt  = step t-1 prompt + its sampled reply (kept as sampled) + "\n" after <|im_end|>
+                       (or "<|im_end|>\n" when the reply was cut) + user turn t + assistant header
+
+  where user turn ``t`` is the env's turn builder (``build_turn``, e.g.
+  :func:`serl.agent.prompts.alfworld.build_turn`: the env's reply and the admissible actions
+  that ``env.turn_actions`` selects). Each step is still one :class:`Step` (so GiGPO's anchor
+  states, SERL's per-step hindsight and the invalid-action penalty see steps), whose
+  ``prompt_ids`` is the whole conversation so far and ``prompt`` the step's own user turn
+  (``prompt_format="conversation"``); each prompt extends the previous one, so the ``hf``
+  engine's turn cache and vLLM's prefix cache prefill only the new turn, and the update packs an
+  episode's steps back into one row (:func:`serl.train.batch.pack_conversations`). An episode
+  whose next prompt would pass ``max_prompt_length`` ends there (``done``, not won; counted in
+  ``rollout/context_overflow_fraction``): cutting the chat would break the prefix.
 """
 
 from __future__ import annotations
@@ -17,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from serl.agent.chat import chat_prompt_ids
 from serl.agent.parsing import FALLBACK_CHARS, action_token_mask, project_action
-from serl.agent.prompts import PromptBuilder, get_prompt_builder
+from serl.agent.prompts import PromptBuilder, get_prompt_builder, get_turn_builder
+from serl.agent.tool_chat import encode, end_of_turn_ids, render_assistant_header, render_user_turn
 from serl.envs.base import StepResult, Task
 from serl.rollout.engine import RolloutEngine, SamplingParams, sample
 from serl.trajectory import Group, Step, Trajectory
@@ -39,6 +62,8 @@ class _EnvState:
     history: list[tuple[str, str]] = field(default_factory=list)
     done: bool = False
     prompt: str = ""
+    #: conversation layout: the chat so far (the last prompt and, once sampled, its reply)
+    conv: list[int] = field(default_factory=list)
 
 
 def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +122,15 @@ def build_step_prompt(build_prompt: PromptBuilder, tokenizer, task_text: str, ob
     return text, ids[-max_prompt_length:], True
 
 
+def conversation_turn_ids(tokenizer, reply_ids: list[int], turn_text: str) -> list[int]:
+    """The ids a conversation-layout step appends after the previous reply ``reply_ids``: the
+    end of that turn (:func:`serl.agent.tool_chat.end_of_turn_ids`), the user turn ``turn_text``
+    and the assistant header, each tokenised on its own (ChatML; the same pieces as SFT's
+    :func:`serl.agent.tool_chat.render_sft_conversation`)."""
+    return (end_of_turn_ids(tokenizer, reply_ids) + encode(tokenizer, render_user_turn(turn_text))
+            + encode(tokenizer, render_assistant_header()))
+
+
 class Collector:
     """Runs groups of episodes to completion.
 
@@ -108,12 +142,24 @@ class Collector:
         env_name: selects the prompt template and the parse fallback length.
         history_length: (observation, action) pairs shown in the prompt.
         max_steps: step limit of the loop (the env also enforces its own).
-        max_prompt_length: tokens; longer prompts first lose history entries, then are cut from
-            the left (counted in the ``rollout/prompt_truncated`` metric).
+        max_prompt_length: tokens; step layout: longer prompts first lose history entries, then
+            are cut from the left (counted in the ``rollout/prompt_truncated`` metric);
+            conversation layout: the episode ends before a longer prompt (module docstring).
+        prompt_layout: ``step`` or ``conversation`` (module docstring).
+        turn_actions: the conversation layout's listed actions (``env.turn_actions``).
+
+    Raises:
+        ValueError: unknown ``prompt_layout``.
+        ConfigError: ``conversation`` for an env with no turn builder.
     """
 
     def __init__(self, pool: EnvPool, engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase, env_name: str,
-                 history_length: int, max_steps: int, max_prompt_length: int):
+                 history_length: int, max_steps: int, max_prompt_length: int, prompt_layout: str = "step",
+                 turn_actions: str = "state"):
+        if prompt_layout not in ("step", "conversation"):
+            raise ValueError(f"unknown prompt_layout {prompt_layout!r}; valid: ['step', 'conversation']")
+        self.prompt_layout, self.turn_actions = prompt_layout, turn_actions
+        self.build_turn = get_turn_builder(env_name) if prompt_layout == "conversation" else None
         self.pool = pool
         self.engine = engine
         self.tokenizer = tokenizer
@@ -130,7 +176,7 @@ class Collector:
                     tokenizer: "PreTrainedTokenizerBase") -> "Collector":
         """The collector ``env.*`` and ``data.max_prompt_length`` describe."""
         return cls(pool, engine, tokenizer, cfg.env.name, cfg.env.history_length, cfg.env.max_steps,
-                   cfg.data.max_prompt_length)
+                   cfg.data.max_prompt_length, cfg.env.prompt_layout, cfg.env.turn_actions)
 
     # ------------------------------------------------------------------ prompts
     def chat_ids(self, user_text: str) -> list[int]:
@@ -139,10 +185,27 @@ class Collector:
         return chat_prompt_ids(self.tokenizer, user_text)
 
     def _prompt(self, st: _EnvState) -> tuple[str, list[int], bool]:
-        """Build the step prompt and its ids (:func:`build_step_prompt`)."""
+        """Build the step prompt and its ids: :func:`build_step_prompt` in the step layout; in the
+        conversation layout the first prompt is the step layout's (no history), a later one the
+        chat so far plus :func:`conversation_turn_ids`. Returns ``(text, ids, truncated)``;
+        conversation ids longer than ``max_prompt_length`` are returned whole (the caller ends
+        the episode)."""
         r = st.result
-        return build_step_prompt(self.build_prompt, self.tokenizer, st.traj.task_text, r.observation,
-                                 r.admissible_actions, st.history, self.history_length, self.max_prompt_length)
+        if self.prompt_layout == "step" or not st.history:
+            text, ids, truncated = build_step_prompt(self.build_prompt, self.tokenizer, st.traj.task_text, r.observation,
+                                                     r.admissible_actions, st.history, self.history_length,
+                                                     self.max_prompt_length)
+            return text, ids, truncated
+        text = self.build_turn(r.observation, r.admissible_actions, len(st.history), self.turn_actions)
+        return text, st.conv + conversation_turn_ids(self.tokenizer, st.traj.steps[-1].response_ids, text), False
+
+    def _next_prompt_text(self, st: _EnvState, res: StepResult) -> str:
+        """SERL's ``next_observation_text`` of the step just taken: the prompt text of the step
+        that follows (the step layout's whole prompt; the conversation layout's next user turn)."""
+        if self.prompt_layout == "conversation":
+            return self.build_turn(res.observation, res.admissible_actions, len(st.history), self.turn_actions)
+        return self.build_prompt(st.traj.task_text, res.observation, res.admissible_actions, st.history,
+                                 len(st.history), self.history_length)
 
     # ------------------------------------------------------------------ loop
     def collect(self, tasks: list[Task], group_size: int, params: SamplingParams,
@@ -172,18 +235,27 @@ class Collector:
             g.trajectories.append(traj)
             states.append(_EnvState(traj=traj, result=res, done=res.done))
 
-        n_prompts = n_truncated = 0
+        n_prompts = n_truncated = n_overflow = 0
+        conversation = self.prompt_layout == "conversation"
         for t in range(self.max_steps):
-            active = [i for i, s in enumerate(states) if not s.done]
-            if not active:
-                break
-            prompt_ids = []
-            for i in active:
-                text, ids, truncated = self._prompt(states[i])
-                states[i].prompt = text
+            prompt_ids, active = [], []
+            for i, st in enumerate(states):
+                if st.done:
+                    continue
+                text, ids, truncated = self._prompt(st)
+                if conversation and len(ids) > self.max_prompt_length:
+                    st.done = st.traj.steps[-1].done = True  # the chat would not fit: the episode ends here
+                    n_overflow += 1
+                    continue
+                st.prompt = text
+                if conversation:
+                    st.conv = ids
+                active.append(i)
                 prompt_ids.append(ids)
                 n_prompts += 1
                 n_truncated += truncated
+            if not active:
+                break
             responses, engine_lps = sample(self.engine, prompt_ids, params)
             actions: list[str | None] = [None] * len(states)
             parsed = {}
@@ -205,16 +277,18 @@ class Collector:
                     action_valid=valid, admissible_actions=list(seen.admissible_actions),
                     reward=float(res.reward), feedback=res.feedback or res.observation,
                     done=bool(res.done), won=bool(res.won), info=_jsonable(res.info),
-                    rollout_log_probs=resp_lps,
+                    rollout_log_probs=resp_lps, prompt_format="conversation" if conversation else "chat",
                 )
                 st.traj.steps.append(step)
                 st.result = res
+                if conversation:
+                    st.conv = ids + list(resp)
                 st.done = bool(res.done) or t + 1 >= self.max_steps
-                # next_observation_text: the full prompt of the following step (SERL, arXiv 2605.19447)
-                step.next_prompt = self.build_prompt(
-                    st.traj.task_text, res.observation, res.admissible_actions, st.history,
-                    len(st.history), self.history_length)
+                # next_observation_text: the prompt of the following step (SERL, arXiv 2605.19447)
+                step.next_prompt = self._next_prompt_text(st, res)
             if progress is not None:
                 progress(t + 1, sum(not s.done for s in states))
         self.last_metrics = {"rollout/prompt_truncated_fraction": n_truncated / max(1, n_prompts)}
+        if conversation:
+            self.last_metrics["rollout/context_overflow_fraction"] = n_overflow / max(1, len(states))
         return groups

@@ -94,7 +94,7 @@ class SerlTeacherPass:
         t_prompts: list[Optional[list[int]]] = []
         for s, ctx in zip(table.rows, contexts):
             ids, ok = (None, False) if ctx is None else teacher_prompt_ids(
-                self.tokenizer, s.prompt, ctx.block(), cap, sc.reprompt_truncation, s.prompt_format)
+                self.tokenizer, s.prompt, ctx.block(), cap, sc.reprompt_truncation, s.prompt_format, s.prompt_ids)
             t_prompts.append(ids if ok else None)
         self.row_contexts = [c if tp is not None else None for c, tp in zip(contexts, t_prompts)]
         if self.teacher_log.should_write(step):

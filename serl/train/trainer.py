@@ -61,6 +61,7 @@ from serl.train.evaluate import evaluate_policy
 from serl.train.grad_ckpt import GradCheckpointing
 from serl.train.metrics import MetricsLogger, rollout_metrics
 from serl.train.models import PolicyModels, load_models
+from serl.train.packing import pack_conversations, unpack_to_steps
 from serl.train.replay import store_replay_rows, take_replay_batch
 from serl.train.rows import compute_advantages, filter_rows, step_table
 from serl.train.run_dir import RunLock, check_run_dir, create_run_dir
@@ -169,14 +170,16 @@ class Trainer:
         """One rollout and update; returns the iteration's metrics. The steps are SPEAR's ``fit``:
 
         1. rollout: ``train_batch_size`` tasks × ``env.rollout.n`` episodes (groups of trajectories);
-        2. rows: one per step, score = episode reward + SPEAR's tool-call bonus, GiGPO's step
+        2. rows: one per step (in both prompt layouts), score = episode reward + SPEAR's tool-call bonus, GiGPO's step
            returns on all rows; the Dr.BoT response filters mask rows, the group std filter drops
            groups;
         3. advantages from the registry (``algorithm.adv_estimator``), after the invalid-action
            penalty;
         4. SPEAR: a full replay buffer becomes this step's replay batch;
         5. the update batch and the frozen models' log-probs: SERL's teacher (while λ_eff(u) > 0)
-           on privileged prompts, the KL reference with ``actor.use_kl_loss``;
+           on privileged prompts; with ``env.prompt_layout=conversation`` an episode's step rows
+           packed into one row (:mod:`serl.train.packing`); the KL reference with
+           ``actor.use_kl_loss``;
         6. the update: on-policy mini-batches, then the replay mini-batches;
         7. SPEAR: drop stale buffer entries, admit this step's positive-advantage rows; the trace;
         8. u += 1, the rollout copy and (every ``teacher_sync_interval`` updates) the teacher
@@ -200,22 +203,28 @@ class Trainer:
         # ---- 4. SPEAR: a full buffer becomes this step's replay batch (and is emptied)
         replay = take_replay_batch(st.replay_buffer, st.generator, metrics)
 
-        # ---- 5. the update batch and its frozen-model log-probs: SERL teacher, KL reference
+        # ---- 5. the update batch and its frozen-model log-probs: SERL teacher (per step), then the
+        #         conversation layout's steps packed into one row per episode, KL reference
         batch = UpdateBatch.from_steps(table.rows, adv, table.row_mask)
         t1 = time.time()
         if self.serl is not None:
             self.serl.run(batch, groups, table, adv, st.update_step, step, metrics, pbar)
         timing["timing/teacher_s"] = time.time() - t1
+        train_batch, spans = pack_conversations(batch, table.traj_uids) if cfg.env.prompt_layout == "conversation" \
+            else (batch, None)
         if m.ref is not None:
-            batch.ref_log_probs = self.scorer.score(m.ref.model, batch, "reference", pbar)
+            train_batch.ref_log_probs = self.scorer.score(m.ref.model, train_batch, "reference", pbar)
         timing["timing/reference_s"] = time.time() - t1 - timing["timing/teacher_s"]
 
         # ---- 6. update: on-policy mini-batches, then replay mini-batches
         t2 = time.time()
         if pbar is not None:
-            pbar.set_postfix_str(f"update on {len(batch)} rows" + (f" + {len(replay)} replay rows" if replay else ""))
-        metrics.update(self.update.run(batch, replay, step))
+            pbar.set_postfix_str(f"update on {len(train_batch)} rows" + (f" + {len(replay)} replay rows" if replay else ""))
+        metrics.update(self.update.run(train_batch, replay, step))
         timing["timing/update_s"] = time.time() - t2
+        if spans is not None:  # the behaviour (and reference) log-probs back onto the step rows
+            for name in ("old_log_probs", "ref_log_probs"):
+                unpack_to_steps(train_batch, batch, spans, name)
         metrics.update(logprob_gap_metrics(*sampled_token_log_probs(table.rows, batch.old_log_probs)))
 
         # ---- 7. SPEAR: drop stale entries, admit this step's positive-advantage rows; the trace
@@ -233,10 +242,12 @@ class Trainer:
             metrics["serl/teacher_synced"] = 1.0
         st.iteration += 1
         t_update = timing["timing/update_s"]
+        train_tokens = sum(len(p) + len(r) for p, r in zip(train_batch.prompt_ids, train_batch.response_ids))
         metrics.update(timing)
         metrics.update({
             "timing/iteration_s": time.time() - t0, "training/update_step": st.update_step,
-            "throughput/update_tokens_per_s": sum(len(s.prompt_ids) + len(s.response_ids) for s in table.rows) / max(t_update, 1e-9),
+            "throughput/update_tokens_per_s": train_tokens / max(t_update, 1e-9),
+            "throughput/update_tokens": train_tokens, "throughput/update_rows": len(train_batch),
             "throughput/response_tokens": sum(len(s.response_ids) for s in table.rows),
         })
         self.last_groups = groups

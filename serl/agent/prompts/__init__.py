@@ -39,6 +39,26 @@ def get_prompt_builder(env_name: str) -> PromptBuilder:
     return load_entry_point(entry_point)
 
 
+def get_turn_builder(env_name: str) -> Callable[[str, list, int, str], str]:
+    """The later-turn builder of ``env.prompt_layout=conversation`` for the env registered as
+    ``env_name`` (its class's ``turn_builder`` entry point, e.g.
+    ``"serl.agent.prompts.alfworld:build_turn"``), imported on first use.
+
+    Raises:
+        ConfigError: ``env_name`` is not registered, or its env class names no turn builder (it
+            has no conversation layout).
+        EnvError: the entry point cannot be imported.
+    """
+    from serl.envs.base import get_env_class, load_entry_point
+    from serl.errors import ConfigError
+
+    entry_point = getattr(get_env_class(env_name), "turn_builder", "")
+    if not entry_point:
+        raise ConfigError(f"env.prompt_layout: env {env_name!r} has no conversation layout (its class names no "
+                          "turn_builder = 'module:function'); use env.prompt_layout=step")
+    return load_entry_point(entry_point)
+
+
 def format_history(history: list[tuple[str, str]], history_length: int, step_count: int) -> str:
     """The memory block: the last ``history_length`` records, one line each, as
     ``[Observation k: '<obs>', Action k: '<act>']`` with k the 1-based step number
