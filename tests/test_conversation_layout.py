@@ -196,3 +196,71 @@ def test_config_switch():
         load_config("cpu", ["env.turn_actions=some"])
     with pytest.raises(ConfigError, match="env.prompt_layout: env 'webshop' has no conversation layout"):
         load_config("webshop", ["env.prompt_layout=conversation"])
+
+
+def test_expert_conversation_row_renders_to_the_collectors_ids(tokenizer, look_task):
+    """`serl data expert alfworld env.prompt_layout=conversation` writes one row per episode whose
+    SFT rendering is, token for token, the RL collector's chat of the same replies."""
+    from serl.agent.tool_chat import render_sft_conversation
+    from serl.rollout.expert import make_expert, play_expert
+
+    env = AlfWorldEnv(max_steps=50, data_dir=fixture_data_dir())
+    try:
+        ep = play_expert(env, look_task, make_expert(look_task, seed=0), tokenizer, 2, 4096, 50, "conversation", "state")
+    finally:
+        env.close()
+    assert ep.won and ep.steps == len(walkthrough(look_task)) and len(ep.rows) == 1
+    row = ep.rows[0]
+    assert row["actions"] == walkthrough(look_task) and row["steps"] == ep.steps and "response" not in row
+    assert [m["role"] for m in row["messages"]] == ["user", "assistant"] * ep.steps
+    replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+    traj, _ = _play(tokenizer, look_task, replies)
+    last = traj.steps[-1]
+    ids, mask = render_sft_conversation(tokenizer, row["messages"], [])
+    assert ids == last.prompt_ids + last.response_ids
+    # the loss mask is 1 exactly on the replies the collector sampled
+    sampled = [0] * len(ids)
+    for s in traj.steps:
+        sampled[len(s.prompt_ids): len(s.prompt_ids) + len(s.response_ids)] = [1] * len(s.response_ids)
+    assert mask == sampled
+
+
+@pytest.mark.slow
+def test_one_training_iteration_in_the_conversation_layout(tiny_model_dir, tmp_path, monkeypatch):
+    """GiGPO + SERL (serl_gigpo) on real ALFWorld fixture games: the update trains one row per
+    episode, GiGPO still finds its step groups, SERL's teacher scores the steps, and the behaviour
+    log-probs come back to every step row (what SPEAR's replay buffer is handed)."""
+    import serl.train.trainer as trainer_mod
+    from serl.train.trainer import Trainer
+
+    handed = []
+    real_store = trainer_mod.store_replay_rows
+
+    def spy(buffer, table, adv, old_log_probs, *a, **k):
+        handed.append((list(table.rows), list(old_log_probs)))
+        return real_store(buffer, table, adv, old_log_probs, *a, **k)
+
+    monkeypatch.setattr(trainer_mod, "store_replay_rows", spy)
+
+    cfg = load_config("serl_gigpo", [
+        f"model.path={tiny_model_dir}", "model.lora.r=0", "env.max_steps=3", "env.rollout.n=2", "env.num_workers=2",
+        "data.train_batch_size=2", "data.max_response_length=12", "actor.ppo_mini_batch_size=64",
+        "actor.ppo_micro_batch_size=2", "trainer.total_training_steps=1", f"trainer.output_dir={tmp_path}",
+        "trainer.progress=false", "trainer.logger=[jsonl]", "env.prompt_layout=conversation",
+        "algorithm.serl.skip_zero_advantage_rows=false"])
+    tr = Trainer(cfg)
+    try:
+        m = tr.train_iteration()
+        groups = tr.last_groups
+    finally:
+        tr.close()
+    trajs = [t for g in groups for t in g.trajectories]
+    steps = [s for t in trajs for s in t.steps]
+    assert all(s.prompt_format == "conversation" for s in steps) and len(steps) > len(trajs)
+    assert m["throughput/update_rows"] == len(trajs)
+    assert m["throughput/update_tokens"] < sum(len(s.prompt_ids) + len(s.response_ids) for s in steps)
+    assert "gigpo/step_groups" in m and m["serl/teacher_scored_fraction"] > 0
+    assert torch.isfinite(torch.tensor(m["actor/pg_loss"]))
+    (rows, old), = handed
+    assert len(rows) == len(steps) and all(lp is not None and lp.numel() == len(s.response_ids)
+                                           for s, lp in zip(rows, old))
