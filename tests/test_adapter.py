@@ -75,3 +75,72 @@ def test_merged_cache_is_keyed_on_base_and_adapter(tiny_model_dir, adapter_dir, 
     assert second != first and second.parent == first.parent
     got = load_causal_lm(str(first), torch.float32, "cpu").state_dict()
     assert all(torch.allclose(got[k], v, atol=1e-6) for k, v in expected.items())
+
+
+def _rng_draws() -> tuple:
+    import random
+
+    import numpy as np
+
+    return torch.rand(4).tolist(), random.random(), float(np.random.rand())
+
+
+def test_building_a_cached_folder_leaves_the_rngs_as_they_were(tmp_path):
+    """A build that draws random numbers (PEFT's new ``nn.Linear`` layers initialise themselves)
+    leaves Python's, NumPy's and torch's generators as they were, also when it fails (issue 44)."""
+    import random
+
+    import numpy as np
+
+    from serl.models.loading import _build_folder_once
+    from serl.utils import set_seed
+
+    def write(tmp):
+        torch.rand(1000), random.random(), np.random.rand(7)
+        (tmp / "config.json").write_text("{}")
+
+    set_seed(3)
+    expected = _rng_draws()
+    set_seed(3)
+    _build_folder_once(tmp_path / "built", write)
+    assert _rng_draws() == expected
+
+    def failing(tmp):
+        torch.rand(5), random.random(), np.random.rand(3)
+        raise RuntimeError("conversion failed")
+
+    set_seed(3)
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        _build_folder_once(tmp_path / "failed", failing)
+    assert _rng_draws() == expected
+
+
+def test_first_run_samples_as_a_cached_run(tiny_model_dir, adapter_dir, tmp_path, monkeypatch):
+    """Issue 44: seeded as ``serl train`` is (seed, resolve ``model.path``, load, sample), a run
+    that merges the adapter into the cache samples exactly what a later run, which finds the merged
+    folder, samples; the folder it loads holds the weights of the in-memory merge, bit for bit."""
+    from serl.models.loading import load_tokenizer, merge_adapter_once
+    from serl.utils import set_seed
+
+    monkeypatch.setenv("SERL_CACHE", str(tmp_path / "cache"))
+    folder, _ = adapter_dir
+
+    def run():
+        set_seed(0)
+        path = merge_adapter_once(str(tiny_model_dir), str(folder), name="m")
+        tok = load_tokenizer(str(path))
+        model = load_causal_lm(str(path), torch.float32, "cpu")
+        ids = torch.tensor([tok.encode("put a mug in the microwave")])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=12,
+                             pad_token_id=tok.pad_token_id)
+        return path, model.state_dict(), out[0].tolist()
+
+    first_path, first_weights, first = run()  # builds the merged folder
+    cached_path, cached_weights, cached = run()  # finds it
+    assert cached_path == first_path
+    assert first == cached
+    in_memory = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu", adapter=str(folder)).state_dict()
+    assert set(first_weights) == set(cached_weights) == set(in_memory)
+    for k, v in in_memory.items():
+        assert first_weights[k].dtype == v.dtype and torch.equal(first_weights[k], v), k
+        assert torch.equal(cached_weights[k], v), k
