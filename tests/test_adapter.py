@@ -87,7 +87,7 @@ def _rng_draws() -> tuple:
 
 def test_building_a_cached_folder_leaves_the_rngs_as_they_were(tmp_path):
     """A build that draws random numbers (PEFT's new ``nn.Linear`` layers initialise themselves)
-    leaves Python's, NumPy's and torch's generators as they were, also when it fails (issue 44)."""
+    leaves Python's, NumPy's and torch's generators as they were, also when it fails."""
     import random
 
     import numpy as np
