@@ -7,8 +7,8 @@ import torch
 
 from serl.algos.spear import ReplayRow
 from serl.models.loading import load_causal_lm
-from serl.train.batch import (UpdateBatch, collate, length_buckets, pack_rows, pad_rows, response_logprobs,
-                              score_logprobs)
+from serl.train.batch import UpdateBatch, collate, length_buckets, pack_rows, pad_rows, response_logprobs
+from serl.train.scoring import score_logprobs
 from serl.trajectory import Step
 
 
@@ -206,3 +206,10 @@ def test_packed_rows_give_the_padded_log_probs_entropies_and_gradients(tiny_mode
     for key, got in out.items():
         for a, b in zip(got, ref):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=lambda m: f"{key}: {m}")
+
+
+def test_collate_logit_masks_keep_only_trained_positions_but_never_a_whole_row():
+    b = collate([[1, 2], [3]], [[4, 5, 6], [7, 8]], 0,
+                logit_masks=[torch.tensor([1.0, 0.0, 1.0]), torch.zeros(2)])
+    assert b.response_mask.tolist() == [[1, 0, 1], [1, 1, 0]]  # row 2: all-zero mask keeps its tokens
+    assert b.attention_mask[:, 2:].tolist() == [[1, 1, 1], [1, 1, 0]]  # the model still reads every token

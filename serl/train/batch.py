@@ -7,8 +7,8 @@ returns, Dr.BoT row masks) and follows the rows through the std filter (:meth:`S
 reference log-probs) through the update, as verl's ``DataProto`` or the ``inputs`` dict of TRL's
 GRPO trainer do; mini- and micro-batches are :meth:`UpdateBatch.split` / :meth:`UpdateBatch.select`
 of it, and a SPEAR replay batch is the same object built from stored rows
-(:meth:`UpdateBatch.from_replay_rows`). :func:`score_logprobs` is the one scoring loop for a
-frozen model (teacher, reference, old log-probs).
+(:meth:`UpdateBatch.from_replay_rows`). :func:`response_logprobs` gives a model's per-token
+log-probs of a :class:`RowBatch` (the scoring loop over frozen models: :mod:`serl.train.scoring`).
 
 A batch row is ``[left-padded prompt | right-padded response]``; positions come from the
 cumulative attention mask (verl ``compute_position_id_with_mask``). Rows are padded per
@@ -17,9 +17,8 @@ micro-batch, not to a global length, so short steps cost little.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
@@ -135,8 +134,13 @@ class RowBatch:
 
 
 def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-            action_masks: Optional[list[list[int]]] = None) -> RowBatch:
+            action_masks: Optional[list[list[int]]] = None,
+            logit_masks: Optional[Sequence[torch.Tensor]] = None) -> RowBatch:
     """Pad ``b`` (prompt, response) id lists into a :class:`RowBatch`.
+
+    ``logit_masks`` (one ``[L_i]`` tensor per row, e.g. the response masks): ``response_mask`` keeps
+    only their non-zero positions, so the LM head skips tokens without loss (a conversation's user
+    turns, a math row's tool outputs; log-prob 0 there); an all-zero row keeps every position.
 
     Raises:
         ValueError: an empty response, or lists of different lengths.
@@ -158,12 +162,17 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
         if action_masks is not None:
             amask[i, : len(r)] = torch.tensor(action_masks[i], dtype=torch.float32)
     position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
+    response_mask = attn[:, P:].float()
+    for i, m in enumerate(logit_masks or ()):
+        keep = m.reshape(-1)[: len(responses[i])] != 0
+        if bool(keep.any()):
+            response_mask[i, : len(responses[i])] *= keep.float()
     return RowBatch(
         input_ids=input_ids,
         attention_mask=attn,
         position_ids=position_ids,
         responses=input_ids[:, P:].clone(),
-        response_mask=attn[:, P:].float(),
+        response_mask=response_mask,
         action_mask=amask,
     )
 
@@ -534,61 +543,8 @@ class UpdateBatch:
 
     def collate(self, pad_id: int) -> RowBatch:
         """The padded :class:`RowBatch` of these rows (see :func:`collate`)."""
-        return collate(self.prompt_ids, self.response_ids, pad_id, self.action_masks)
+        return collate(self.prompt_ids, self.response_ids, pad_id, self.action_masks, self.response_masks)
 
     def padded(self, name: str, width: int) -> torch.Tensor:
         """The per-row field ``name`` as a zero-padded ``[b, width]`` float32 tensor."""
         return pad_rows(getattr(self, name), width)
-
-
-def _score_groups(prompts: Sequence[list[int]], responses: Sequence[list[int]], mb: int, bucket: bool
-                  ) -> list[list[int]]:
-    """Row positions of each scoring micro-batch: grouped by length, or consecutive."""
-    if bucket:
-        return length_buckets([len(p) + len(r) for p, r in zip(prompts, responses)], mb)
-    return [list(range(k, min(k + mb, len(prompts)))) for k in range(0, len(prompts), mb)]
-
-
-def score_logprobs(
-    model, batch: UpdateBatch, micro_batch_size: int, *, pad_id: int, temperature: float = 1.0,
-    device: Any = "cpu", prompt_ids: Optional[list[list[int]]] = None,
-    autocast: Callable[[], ContextManager] = nullcontext, progress: Optional[Callable[[int, int], None]] = None,
-    bucket: bool = True, remove_padding: bool = True,
-) -> list[torch.Tensor]:
-    """Log-probs of each row's response tokens under a frozen ``model`` (teacher, reference, old
-    log-probs), in inference mode, in micro-batches of ``micro_batch_size`` rows: grouped by
-    length (:func:`length_buckets`) with ``bucket``, else consecutive; results in row order.
-
-    Args:
-        model: a causal LM (its train/eval mode is the caller's).
-        batch: the rows; their ``response_ids`` are scored.
-        micro_batch_size: rows per forward pass.
-        prompt_ids: the prompts to score under, one per row (SERL's teacher prompts); None =
-            ``batch.prompt_ids``.
-        autocast: a context-manager factory wrapped around each forward pass.
-        progress: called as ``progress(rows_done, rows_total)`` before each micro-batch.
-        remove_padding: run each micro-batch packed (:func:`response_logprobs`).
-
-    Returns:
-        Per row a ``[L_i]`` float32 CPU tensor (nats).
-
-    Raises:
-        ValueError: ``prompt_ids`` of another length than the batch.
-    """
-    prompts = batch.prompt_ids if prompt_ids is None else prompt_ids
-    if len(prompts) != len(batch):
-        raise ValueError(f"{len(prompts)} prompts for {len(batch)} rows")
-    out: list[Optional[torch.Tensor]] = [None] * len(batch)
-    done = 0
-    with torch.inference_mode():
-        for idx in _score_groups(prompts, batch.response_ids, max(1, micro_batch_size), bucket):
-            if progress is not None:
-                progress(done, len(batch))
-            responses = [batch.response_ids[i] for i in idx]
-            b = collate([prompts[i] for i in idx], responses, pad_id).to(device)
-            with autocast():
-                lp, _ = response_logprobs(model, b, temperature, remove_padding=remove_padding)
-            for j, (i, r) in enumerate(zip(idx, responses)):
-                out[i] = lp[j, : len(r)].float().cpu()
-            done += len(idx)
-    return out  # type: ignore[return-value]

@@ -107,44 +107,43 @@ def pack_conversations(batch: UpdateBatch, traj_ids: Sequence[str]) -> tuple[Upd
     """
     if len(traj_ids) != len(batch):
         raise ValueError(f"{len(traj_ids)} trajectory ids for {len(batch)} rows")
-    fields: dict[str, list] = {k: [] for k in ("prompt_ids", "response_ids", "response_masks", "advantages",
-                                               "old_log_probs", "action_masks", "teacher_log_probs",
-                                               "has_context", "ref_log_probs")}
-    all_spans: list[list[Span]] = []
-    teacher = batch.teacher_log_probs
-    for run in _runs(batch, traj_ids):
-        first, last = run[0], run[-1]
-        p0 = len(batch.prompt_ids[first])
-        response = list(batch.prompt_ids[last][p0:]) + list(batch.response_ids[last])
-        spans = [Span(i, len(batch.prompt_ids[i]) - p0, len(batch.response_ids[i])) for i in run]
-        width = len(response)
-        amask = [0] * width
-        for s in spans:
-            scored = teacher is None or teacher[s.row] is not None
-            if batch.action_masks is not None and scored:
-                amask[s.offset : s.offset + s.length] = list(batch.action_masks[s.row])[: s.length]
-        fields["prompt_ids"].append(list(batch.prompt_ids[first]))
-        fields["response_ids"].append(response)
-        fields["response_masks"].append(_pack_field(batch.response_masks, spans, width, "response_masks"))
-        fields["advantages"].append(_pack_field(batch.advantages, spans, width, "advantages"))
-        fields["old_log_probs"].append(_pack_field(batch.old_log_probs, spans, width, "old_log_probs"))
-        fields["action_masks"].append(amask)
-        if teacher is not None:
-            fields["teacher_log_probs"].append(_pack_field(teacher, spans, width, "teacher_log_probs"))
-            fields["has_context"].append(any(batch.has_context[s.row] for s in spans) if batch.has_context else False)
-        if batch.ref_log_probs is not None:
-            fields["ref_log_probs"].append(_pack_field(batch.ref_log_probs, spans, width, "ref_log_probs"))
-        all_spans.append(spans)
+    teacher, ref = batch.teacher_log_probs, batch.ref_log_probs
+    rows = [_pack_run(batch, run) for run in _runs(batch, traj_ids)]
     packed = UpdateBatch(
-        prompt_ids=fields["prompt_ids"], response_ids=fields["response_ids"],
-        response_masks=fields["response_masks"], advantages=fields["advantages"],
-        old_log_probs=fields["old_log_probs"],
-        action_masks=fields["action_masks"] if batch.action_masks is not None else None,
-        teacher_log_probs=fields["teacher_log_probs"] if teacher is not None else None,
-        has_context=fields["has_context"] if teacher is not None else None,
-        ref_log_probs=fields["ref_log_probs"] if batch.ref_log_probs is not None else None,
+        prompt_ids=[r["prompt_ids"] for r in rows], response_ids=[r["response_ids"] for r in rows],
+        response_masks=[r["response_masks"] for r in rows], advantages=[r["advantages"] for r in rows],
+        old_log_probs=[r["old_log_probs"] for r in rows],
+        action_masks=[r["action_masks"] for r in rows] if batch.action_masks is not None else None,
+        teacher_log_probs=[r["teacher_log_probs"] for r in rows] if teacher is not None else None,
+        has_context=[r["has_context"] for r in rows] if teacher is not None else None,
+        ref_log_probs=[r["ref_log_probs"] for r in rows] if ref is not None else None,
         serl_lambda=batch.serl_lambda, prefix=batch.prefix, loss_coef=batch.loss_coef)
-    return packed, all_spans
+    return packed, [r["spans"] for r in rows]
+
+
+def _pack_run(batch: UpdateBatch, run: list[int]) -> dict:
+    """The fields of the one packed row of the chained step rows ``run`` (see
+    :func:`pack_conversations`), and their spans."""
+    first, last = run[0], run[-1]
+    p0 = len(batch.prompt_ids[first])
+    response = list(batch.prompt_ids[last][p0:]) + list(batch.response_ids[last])
+    spans = [Span(i, len(batch.prompt_ids[i]) - p0, len(batch.response_ids[i])) for i in run]
+    width, teacher = len(response), batch.teacher_log_probs
+    amask = [0] * width
+    for s in spans:
+        if batch.action_masks is not None and (teacher is None or teacher[s.row] is not None):
+            amask[s.offset : s.offset + s.length] = list(batch.action_masks[s.row])[: s.length]
+    return {
+        "prompt_ids": list(batch.prompt_ids[first]), "response_ids": response, "spans": spans,
+        "response_masks": _pack_field(batch.response_masks, spans, width, "response_masks"),
+        "advantages": _pack_field(batch.advantages, spans, width, "advantages"),
+        "old_log_probs": _pack_field(batch.old_log_probs, spans, width, "old_log_probs"),
+        "action_masks": amask,
+        "teacher_log_probs": None if teacher is None else _pack_field(teacher, spans, width, "teacher_log_probs"),
+        "has_context": bool(batch.has_context) and any(batch.has_context[s.row] for s in spans),
+        "ref_log_probs": None if batch.ref_log_probs is None else _pack_field(batch.ref_log_probs, spans, width,
+                                                                              "ref_log_probs"),
+    }
 
 
 def unpack_to_steps(packed: UpdateBatch, batch: UpdateBatch, spans: list[list[Span]], name: str) -> None:
