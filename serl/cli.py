@@ -8,6 +8,7 @@
     serl data download {alfworld,dapo_math17k} [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
                [--num-tasks N] [--seed N] [--data-dir DIR] [--min-score X] [--max-steps N]
+               [--expert walkthrough|planner]   (alfworld)
     serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
                [--num-tasks N] [--seed N] [--data-dir DIR]
 
@@ -153,6 +154,18 @@ def _relaunch(cfg, argv: list[str]) -> int:
     return subprocess.call(cmd)
 
 
+def _eval_num_tasks(flag: int | None, configured: int) -> int:
+    """``serl eval``'s task count: ``--num-tasks`` if given, else ``env.eval_num_tasks`` (-1 = all).
+    Raises ConfigError, naming the source, for 0 (nothing evaluated, "success rate 0.000") or < -1."""
+    from serl.errors import ConfigError
+
+    n, source = (flag, "--num-tasks") if flag is not None else (configured, "env.eval_num_tasks")
+    if n == 0 or n < -1:
+        raise ConfigError(f"serl eval: {source} must be >= 1 (or -1 for the whole split), got {n}: "
+                          "0 tasks would evaluate nothing")
+    return n
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from serl.config import DEFAULT_RECIPE
     from serl.configure import load_config, load_run_config
@@ -167,6 +180,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     recipe, overrides = _split_overrides(args.overrides)
     overrides += _data_dir_override(args)
     cfg = load_run_config(Path(args.run), overrides) if args.run else load_config(recipe or DEFAULT_RECIPE, overrides)
+    n = _eval_num_tasks(args.num_tasks, cfg.env.eval_num_tasks)  # before the model loads
     configure_cpu_threads(cfg.trainer.num_threads)
     device = pick_device(cfg.trainer.device)
     path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
@@ -178,7 +192,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         model, source = load_causal_lm(path, dtype, device, cfg.model.trust_remote_code, cfg.model.adapter), path
     split = args.split or cfg.env.eval_split
-    n = args.num_tasks if args.num_tasks is not None else cfg.env.eval_num_tasks
     # the trainer's engine (rollout.engine; auto = vLLM where installed), so an evaluation samples
     # as the run's rollouts do; vLLM gets the policy's weights (a checkpoint's) at start-up
     engine, engine_name = make_engine(
@@ -377,6 +390,10 @@ def _data_expert_math(args) -> int:
 def cmd_data_expert(args) -> int:
     """``serl data expert``: expert trajectories as SFT rows (:mod:`serl.rollout.expert`; math:
     :func:`_data_expert_math`)."""
+    from serl.errors import ConfigError
+
+    if args.expert is not None and args.env != "alfworld":
+        raise ConfigError(f"--expert is for alfworld (walkthrough or planner); {args.env} has one expert")
     if args.env == "math":
         return _data_expert_math(args)
     import time
@@ -385,7 +402,6 @@ def cmd_data_expert(args) -> int:
 
     from serl.configure import load_config
     from serl.envs.base import get_env_class, list_tasks
-    from serl.errors import ConfigError
     from serl.models.loading import load_tokenizer, resolve_model_path
     from serl.rollout.expert import collect_expert, pick_tasks, write_rows
 
@@ -418,17 +434,27 @@ def cmd_data_expert(args) -> int:
 
             rows, summary = collect_expert(env, tasks, tok, history_length=cfg.env.history_length,
                                            max_prompt_length=cfg.data.max_prompt_length, max_steps=max_steps,
-                                           seed=args.seed, min_score=args.min_score, on_episode=on_episode)
+                                           seed=args.seed, min_score=args.min_score, on_episode=on_episode,
+                                           expert=args.expert, prompt_layout=cfg.env.prompt_layout,
+                                           turn_actions=cfg.env.turn_actions)
+        planner = env.expert_stats.as_dict() if args.expert == "planner" else None
     finally:
         env.close()
     wall = time.perf_counter() - t0
     write_rows(args.out, rows)
     s = summary.as_dict()
-    reply_tokens = max((len(tok(r["response"], add_special_tokens=False).input_ids) + 1 for r in rows), default=0)
+    replies = [r["response"] for r in rows if "response" in r] + [  # step rows; conversation rows
+        m["content"] for r in rows for m in r["messages"] if m["role"] == "assistant"]
+    reply_tokens = max((len(tok(x, add_special_tokens=False).input_ids) + 1 for x in replies), default=0)
     print(f"\nserl data expert: {args.env} {args.split}, {s['tasks']} tasks (seed {args.seed}) in {wall:.1f} s")
     print(f"  expert success: {s['won']}/{s['tasks']} won ({s['success_fraction']:.3f}), "
           f"mean task score {s['mean_task_score']:.3f}, {s['gave_up']} given up")
     print(f"  kept {s['kept']} episodes (task score >= {args.min_score}), {s['rows']} rows")
+    if planner is not None:
+        print(f"  planner: {planner['calls']} states asked, {planner['searches']} searches "
+              f"({planner['searches'] / max(1, s['tasks']):.2f} per task; the others answered from the current plan), "
+              f"median {planner['median_search_s']:.2f} s, max {planner['max_search_s']:.2f} s per search, "
+              f"{planner['fallbacks']} fell back to the full problem")
     if summary.plan_lengths:
         print("  steps per task type (min/median/max): " + ", ".join(
             f"{k} {min(v)}/{sorted(v)[len(v) // 2]}/{max(v)}" for k, v in sorted(summary.plan_lengths.items())))
@@ -492,9 +518,11 @@ def build_parser() -> argparse.ArgumentParser:
     dl.set_defaults(fn=cmd_data)
     ex = dsub.add_parser("expert", help="expert trajectories as supervised (SFT) rows, one JSON line per step "
                          "(math: per problem)",
-                         description="Play each task's expert (ALFWorld: the game's walkthrough; WebShop: a "
+                         description="Play each task's expert (ALFWorld: the game's walkthrough, or with "
+                         "--expert planner fast-downward's plan from each state; WebShop: a "
                          "goal-reading oracle) through the env and write one row per step: the RL step prompt "
-                         "and the target reply <think>...</think><action>...</action>. math: turn each GSM8K "
+                         "and the target reply <think>...</think><action>...</action> (one row per episode, the "
+                         "whole chat, with env.prompt_layout=conversation). math: turn each GSM8K "
                          "solution's <<expr=result>> annotations into code_interpreter calls run in the sandbox "
                          "and write one multi-turn row per problem (messages + tools).")
     ex.add_argument("env", choices=["alfworld", "webshop", "math"])
@@ -509,6 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--min-score", type=float, default=None,
                     help="keep episodes whose final task score (0-1) is at least this (default 1.0: won only; "
                     "not for math)")
+    ex.add_argument("--expert", choices=["walkthrough", "planner"], default=None,
+                    help="alfworld only: walkthrough (default) replays each game's stored plan from the initial "
+                    "state; planner asks fast-downward for a plan from each state (serl.envs.alfworld_expert)")
     ex.add_argument("--max-steps", type=int, default=None,
                     help="episode step limit (default: the env's own, ALFWorld 50 / WebShop 15; "
                     "env.max_steps of the RL recipe is not used; not for math)")

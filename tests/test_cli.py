@@ -36,6 +36,19 @@ def test_eval_rejects_bad_value_before_loading_a_model(capsys):
     assert "actor.lr" in err and "/nonexistent/model" not in err
 
 
+def test_eval_rejects_zero_tasks_before_loading_a_model(capsys):
+    # 0 tasks used to evaluate nothing and print "success rate: 0.000" with exit 0
+    for recipe in ("cpu", "webshop"):
+        assert main(["eval", f"recipe={recipe}", "model.path=/nonexistent/model", "--split", "valid_unseen"
+                     if recipe == "cpu" else "test", "--num-tasks", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "--num-tasks must be >= 1 (or -1 for the whole split), got 0" in err and "/nonexistent/model" not in err
+    assert main(["eval", "model.path=/nonexistent/model", "env.eval_num_tasks=0"]) == 2
+    assert "env.eval_num_tasks must be >= 1" in capsys.readouterr().err
+    assert main(["eval", "model.path=/nonexistent/model", "--num-tasks", "-2"]) == 2
+    assert "got -2" in capsys.readouterr().err
+
+
 def test_train_rejects_unknown_recipe(capsys):
     assert main(["train", "recipe=nope"]) == 2
     assert "unknown recipe" in capsys.readouterr().err

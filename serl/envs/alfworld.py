@@ -14,6 +14,10 @@ Behaviour (as verl-agent's ALFWorld env, ``langfengQ/verl-agent@574dd5b:agent_sy
 * ``step(action)`` sends the action string as is; an unknown or inadmissible command gets the
   engine's ``"Nothing happens."`` and still costs a step. Reward is ``10.0`` on the winning
   step, else ``0.0``; ``done`` is ``won or steps >= max_steps``. About 60 ms per step.
+* ``expert_plan()`` / ``expert_action()``: the planner expert's plan / next command from the
+  *current* state (any state the policy reached), computed only when asked
+  (:mod:`serl.envs.alfworld_expert`); ``AlfWorldEnv(expert="planner")`` also puts the plan in
+  every reset / step ``info["expert_plan"]``, so DAgger can label the states of a pool's envs.
 
 Data layout: ``<data_dir>/json_2.1.1/<split>/<task-dir>/<trial>/game.tw-pddl``, ALFWorld's own.
 :func:`resolve_data_dir` picks the folder (explicit argument > ``$SERL_DATA`` > the small
@@ -30,6 +34,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from serl.envs.alfworld_expert import EXPERT_KINDS, AlfWorldPlanner, PlannerError, PlannerStats  # noqa: F401
 from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
 
 #: the banner TextWorld puts in front of the first ALFWorld observation
@@ -169,6 +174,11 @@ class AlfWorldEnv(BaseTextEnv):
             ``ALFWORLD_DATA`` (when unset) before alfworld is imported (``alfworld/alfworld`` 0.4.2 otherwise sets it itself);
             see :func:`resolve_data_dir`.
 
+        expert: ``None`` (default: no expert work on any step) or ``"planner"``: every reset and
+            step that does not end the episode also asks the planner expert
+            (:meth:`expert_plan`) and puts its plan in ``info["expert_plan"]`` (a list of
+            commands, the first being the expert's action). :meth:`expert_plan` works either way.
+
     Every constructor argument is a plain picklable value, so :class:`serl.envs.pool.EnvPool`
     can build the env inside a worker process. The engine (about 80-140 MB RSS) is created at
     the first ``reset`` and reused for every later game via ``env.load``.
@@ -179,10 +189,16 @@ class AlfWorldEnv(BaseTextEnv):
     turn_builder = "serl.agent.prompts.alfworld:build_turn"
     default_max_steps = DEFAULT_MAX_STEPS
 
-    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None):
+    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
+                 expert: str | None = None):
         if int(max_steps) < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if expert is not None and expert not in EXPERT_KINDS:
+            raise ValueError(f"expert must be None or one of {list(EXPERT_KINDS)}, got {expert!r}")
         self.max_steps = int(max_steps)
+        self.expert = expert
+        self._planner = AlfWorldPlanner()  # holds only the plan cache; plans only when asked
+        self._admissible: list[str] = []  # admissible commands of the current state
         self.data_dir = resolve_data_dir(data_dir)
         self._tw_env = None  # the wrapped TextWorld env, created at the first reset
         self._gamefile: str | None = None  # game of the current episode (None: no episode)
@@ -249,11 +265,12 @@ class AlfWorldEnv(BaseTextEnv):
 
         Returns a :class:`StepResult` with the banner-stripped first observation, the task
         sentence in ``task``, the admissible commands, ``reward=0``, and
-        ``info={"gamefile": <absolute path>, "task_type": ..., "steps": 0}``.
+        ``info={"gamefile": <absolute path>, "task_type": ..., "steps": 0}`` (plus
+        ``"expert_plan"`` with ``expert="planner"``).
 
         Raises:
             EnvError: wrong ``task.env_name``, missing or corrupt game file, or alfworld not
-                installed.
+                installed; with ``expert="planner"``, :class:`PlannerError` as :meth:`expert_plan`.
         """
         if task.env_name != self.name:
             raise EnvError(f"AlfWorldEnv got a task for env {task.env_name!r} ({task.task_id}); expected 'alfworld'.")
@@ -272,17 +289,22 @@ class AlfWorldEnv(BaseTextEnv):
         self._gamefile = str(path)
         self._steps = 0
         self._done = False
+        self._planner.reset()
+        self._admissible = list(state["admissible_commands"] or [])
         observation = strip_banner(state.feedback or "")
         self._task_text = extract_task(observation)
+        info = {"gamefile": self._gamefile, "task_type": task.task_type, "steps": 0}
+        if self.expert is not None:
+            info["expert_plan"] = self.expert_plan()
         return StepResult(
             observation=observation,
-            admissible_actions=list(state["admissible_commands"] or []),
+            admissible_actions=list(self._admissible),
             reward=0.0,
             done=False,
             won=False,
             feedback="",
             task=self._task_text,
-            info={"gamefile": self._gamefile, "task_type": task.task_type, "steps": 0},
+            info=info,
         )
 
     def step(self, action: str) -> StepResult:
@@ -291,12 +313,14 @@ class AlfWorldEnv(BaseTextEnv):
 
         Returns a :class:`StepResult` whose ``observation`` and ``feedback`` are both the engine's
         reply, ``reward`` 10.0 on the winning step else 0.0, ``won``, ``done = won or
-        steps >= max_steps``, and ``info={"gamefile", "steps"}``.
+        steps >= max_steps``, and ``info={"gamefile", "steps"}`` (plus ``"expert_plan"`` with
+        ``expert="planner"`` while the episode goes on).
 
         Raises:
             EnvError: no episode is running (``reset`` not called, it failed, or the episode is
                 already done).
             TypeError: ``action`` is not a string.
+            PlannerError: with ``expert="planner"``, as :meth:`expert_plan`.
         """
         if self._gamefile is None or self._tw_env is None:
             raise EnvError("AlfWorldEnv.step() called with no game loaded; call reset(task) first.")
@@ -307,28 +331,81 @@ class AlfWorldEnv(BaseTextEnv):
             )
         if not isinstance(action, str):
             raise TypeError(f"action must be a str, got {type(action).__name__}")
+        # The engine applies a command iff it is one of the state's admissible commands
+        # (textworld 1.7.0, PddlEnv.step); the planner's plan cache needs to know which.
+        applied = action.strip() in self._admissible
         state, _score, engine_done = self._tw_env.step(action)
         self._steps += 1
+        self._planner.observe(action, applied)
+        self._admissible = list(state["admissible_commands"] or [])
         won = bool(state["won"])
         done = won or bool(engine_done) or self._steps >= self.max_steps
         self._done = done
         feedback = (state.feedback or "").strip()
+        # extra.gamefile is only set at reset (in ``alfworld/alfworld`` 0.4.2): use our own copy.
+        info: dict[str, Any] = {"gamefile": self._gamefile, "steps": self._steps}
+        if self.expert is not None and not done:
+            info["expert_plan"] = self.expert_plan()
         return StepResult(
             observation=feedback,
-            admissible_actions=list(state["admissible_commands"] or []),
+            admissible_actions=list(self._admissible),
             reward=WIN_REWARD if won else 0.0,
             done=done,
             won=won,
             feedback=feedback,
             task=self._task_text,
-            # extra.gamefile is only set at reset (in ``alfworld/alfworld`` 0.4.2): use our own copy.
-            info={"gamefile": self._gamefile, "steps": self._steps},
+            info=info,
         )
+
+    # -- expert --------------------------------------------------------------------------
+    def expert_plan(self) -> list[str]:
+        """The planner expert's plan from the current state: admissible commands, first to last,
+        that win the game if taken in order (``[]`` once the game is won). Computed only when
+        asked: fast-downward on the relevant sub-problem of the current state (about 0.1 s), or
+        the rest of the previous plan while the actions taken follow it (no search); see
+        :mod:`serl.envs.alfworld_expert` (after ALFWorld's planner expert, ``alfworld/alfworld``
+        0.4.2 ``AlfredExpert(expert_type="planner")``, and textworld 1.7.0's ``policy_commands``).
+        Works after the episode ended too (e.g. to label the last state).
+
+        Raises:
+            EnvError: no game is loaded (``reset`` not called or failed).
+            PlannerError: fast-downward found no plan or failed, or its next command is not
+                admissible; the message names the game and the actions since the reset.
+        """
+        if self._gamefile is None or self._tw_env is None:
+            raise EnvError("AlfWorldEnv.expert_plan() called with no game loaded; call reset(task) first.")
+        return self._planner.plan(self._tw_env, self._gamefile, self._admissible)
+
+    def expert_action(self) -> str:
+        """The planner expert's next command from the current state (``expert_plan()[0]``).
+
+        Raises:
+            EnvError: no game is loaded, or the game is already won (no action is needed).
+            PlannerError: as :meth:`expert_plan`.
+        """
+        plan = self.expert_plan()
+        if not plan:
+            raise EnvError(f"AlfWorldEnv.expert_action(): ALFWorld game {self._gamefile} is already won; "
+                           "no expert action is needed.")
+        return plan[0]
+
+    @property
+    def expert_stats(self) -> PlannerStats:
+        """The planner expert's counts since this env was built (calls, searches, fallbacks to the
+        full problem, seconds per search); ``expert_stats.as_dict()`` for a summary."""
+        return self._planner.stats
+
+    @property
+    def expert_last_call(self):
+        """What the last :meth:`expert_plan` call did (:class:`~serl.envs.alfworld_expert.PlanCall`:
+        answered from the cache or searched, its seconds, a fallback), or None."""
+        return self._planner.last_call
 
     def close(self) -> None:
         """Close the TextWorld engine (idempotent); a later ``reset`` starts a new one."""
         self._gamefile = None
         self._done = True
+        self._planner.reset()
         self._drop_engine()
 
     # -- tasks ---------------------------------------------------------------------------

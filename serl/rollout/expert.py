@@ -9,10 +9,16 @@ prompt builder, history window ``env.history_length``, history shrinking and lef
 
 Experts
 -------
-* **ALFWorld**: the game's stored plan, the ``walkthrough`` list of ``game.tw-pddl``
-  (ALFWorld, arXiv 2010.03768; ``alfworld/alfworld`` 0.4.2 writes it into every 2.1.2 game file),
-  replayed command by command from the initial state. Every walkthrough is lower-case and
-  admissible, so :func:`serl.agent.parsing.project_action` returns it unchanged.
+* **ALFWorld**, ``expert="walkthrough"`` (the default): the game's stored plan, the
+  ``walkthrough`` list of ``game.tw-pddl`` (ALFWorld, arXiv 2010.03768; ``alfworld/alfworld``
+  0.4.2 writes it into every 2.1.2 game file), replayed command by command from the initial
+  state. Every walkthrough is lower-case and admissible, so
+  :func:`serl.agent.parsing.project_action` returns it unchanged.
+* **ALFWorld**, ``expert="planner"``: the env's planner expert asked at every state
+  (:meth:`serl.envs.alfworld.AlfWorldEnv.expert_plan`; fast-downward on the current state's
+  relevant sub-problem, :mod:`serl.envs.alfworld_expert`), taking the first command of its plan.
+  The env answers from the rest of its last plan while the episode follows it, so an expert
+  episode costs about one search; a state off the plan is searched again.
 * **WebShop**: an oracle built from the episode's goal (WebShop, arXiv 2207.01206). The only
   state it reads beyond the public :class:`~serl.envs.base.StepResult` (instruction, observation,
   admissible actions, ``info["task_score"]``) is the env's public ``goal`` attribute
@@ -163,6 +169,37 @@ class AlfWorldExpert:
         return tpl.format(task=_task_phrase(result.task), action=action), action
 
 
+class AlfWorldPlannerExpert:
+    """Asks the env's planner expert at every state (see the module docstring).
+
+    Args:
+        task: the ALFWorld task.
+        seed: picks the think template of each step.
+
+    ``act`` calls ``env.expert_plan()``, so the env must be an
+    :class:`~serl.envs.alfworld.AlfWorldEnv` in this process.
+    """
+
+    def __init__(self, task: Task, seed: int):
+        self.task = task
+        self.seed = seed
+
+    def act(self, env, result: StepResult, step: int) -> Optional[tuple[str, str]]:
+        """``(think, action)``: the first command of the planner's plan from the current state,
+        or None when the plan is empty (the game is won).
+
+        Raises:
+            PlannerError: the planner found no plan or planned an inadmissible command
+                (:meth:`serl.envs.alfworld.AlfWorldEnv.expert_plan`).
+        """
+        plan = env.expert_plan()
+        if not plan:
+            return None
+        action = plan[0]
+        tpl = _rng(self.seed, self.task.task_id, step).choice(ALFWORLD_THINK)
+        return tpl.format(task=_task_phrase(result.task), action=action), action
+
+
 class WebShopOracle:
     """The goal-reading WebShop oracle (see the module docstring for the policy).
 
@@ -243,6 +280,8 @@ class ExpertEpisode:
         episode_reward: sum of the env rewards (ALFWorld 10 on a win; WebShop 10 iff score 1.0).
         task_score: WebShop's final score in [0, 1] (ALFWorld: 1.0 if won else 0.0).
         gave_up: the expert had no action before the episode ended.
+        steps: the env steps played (one row each in the step layout; one row in all in the
+            conversation layout).
     """
 
     task: Task
@@ -251,6 +290,7 @@ class ExpertEpisode:
     episode_reward: float = 0.0
     task_score: float = 0.0
     gave_up: bool = False
+    steps: int = 0
 
 
 def _admissible(action: str, admissible_actions: list[str]) -> bool:
@@ -260,9 +300,36 @@ def _admissible(action: str, admissible_actions: list[str]) -> bool:
     return action.startswith("search[") and any(a.startswith("search[") for a in admissible_actions)
 
 
+def conversation_row(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """An episode's step rows as one conversation row (``env.prompt_layout=conversation``): the
+    ``messages`` ``[user 0, assistant 0, user 1, assistant 1, ...]`` (each user text the
+    conversation layout's turn, each assistant text the step's reply), which ``serl sft`` renders
+    with :func:`serl.agent.tool_chat.render_sft_conversation`, the pieces the RL collector appends;
+    ``actions`` and ``action_admissible`` per step; the episode's ``won`` / ``episode_reward`` /
+    ``task_score``.
+
+    Raises:
+        ValueError: no rows.
+    """
+    if not step_rows:
+        raise ValueError("conversation_row: an episode with no step")
+    first = step_rows[0]
+    messages: list[dict[str, str]] = []
+    for r in step_rows:
+        messages += [{"role": "user", "content": r["messages"][0]["content"]}, {"role": "assistant", "content": r["response"]}]
+    return {"env": first["env"], "task_id": first["task_id"], "task_type": first["task_type"],
+            "steps": len(step_rows), "messages": messages, "actions": [r["action"] for r in step_rows],
+            "action_admissible": [r["action_admissible"] for r in step_rows],
+            "prompt_truncated": bool(first["prompt_truncated"]),
+            **{k: first[k] for k in ("won", "episode_reward", "task_score") if k in first}}
+
+
 def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_prompt_length: int,
-                max_steps: int) -> ExpertEpisode:
-    """Play ``expert`` on ``task`` through ``env`` and build one row per step.
+                max_steps: int, prompt_layout: str = "step", turn_actions: str = "state") -> ExpertEpisode:
+    """Play ``expert`` on ``task`` through ``env`` and build one row per step (``prompt_layout``
+    ``step``) or one :func:`conversation_row` per episode (``conversation``: the first user turn is
+    the step layout's first prompt, a later one the env's turn builder's text, as the RL collector
+    builds them).
 
     Each row: ``env``, ``task_id``, ``task_type``, ``step`` (0-based), ``messages``
     (``[{"role": "user", "content": <the step prompt the RL collector builds>}]``), ``response``
@@ -280,14 +347,19 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
         history_length: ``env.history_length``.
         max_prompt_length: ``data.max_prompt_length`` (tokens).
         max_steps: the step limit of the episode.
+        prompt_layout: ``step`` or ``conversation`` (``env.prompt_layout``).
+        turn_actions: the conversation's listed actions (``env.turn_actions``).
 
     Raises:
         EnvError: the env failed, or the expert's action is not what
             :func:`~serl.agent.parsing.project_action` recovers from its own reply.
+        ConfigError: ``conversation`` for an env with no turn builder.
     """
+    from serl.agent.prompts import get_turn_builder
     from serl.rollout.collector import build_step_prompt
 
     build_prompt = get_prompt_builder(task.env_name)
+    build_turn = get_turn_builder(task.env_name) if prompt_layout == "conversation" else None
     fallback = FALLBACK_CHARS.get(task.env_name, 30)
     res = env.reset(task)
     task_text = res.task
@@ -306,9 +378,12 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
         if parsed != action or not valid:
             raise EnvError(f"expert reply {response!r} parses to {parsed!r} (valid={valid}), not to its action "
                            f"{action!r}; expert actions must be lower-case and stripped")
-        text, _ids, truncated = build_step_prompt(build_prompt, tokenizer, task_text, res.observation,
-                                                  res.admissible_actions, history, history_length,
-                                                  max_prompt_length)
+        if build_turn is not None and t > 0:
+            text, truncated = build_turn(res.observation, res.admissible_actions, t, turn_actions), False
+        else:
+            text, _ids, truncated = build_step_prompt(build_prompt, tokenizer, task_text, res.observation,
+                                                      res.admissible_actions, history, history_length,
+                                                      max_prompt_length)
         nxt = env.step(action)
         history.append((res.observation, action))
         ep.rows.append({
@@ -323,18 +398,33 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
         else (1.0 if ep.won else 0.0)
     for row in ep.rows:
         row.update(won=ep.won, episode_reward=ep.episode_reward, task_score=ep.task_score)
+    ep.steps = len(ep.rows)
+    if build_turn is not None and ep.rows:
+        ep.rows = [conversation_row(ep.rows)]
     return ep
 
 
-def make_expert(task: Task, seed: int):
-    """The expert of ``task.env_name``: :class:`AlfWorldExpert` or :class:`WebShopOracle`.
+#: the ALFWorld experts of :func:`make_expert`; the first is the default
+ALFWORLD_EXPERTS = ("walkthrough", "planner")
+
+
+def make_expert(task: Task, seed: int, expert: Optional[str] = None):
+    """The expert of ``task.env_name``: for ALFWorld :class:`AlfWorldExpert` (``expert`` None or
+    ``"walkthrough"``) or :class:`AlfWorldPlannerExpert` (``"planner"``); for WebShop
+    :class:`WebShopOracle` (``expert`` must be None).
 
     Raises:
-        EnvError: no expert for that env.
+        EnvError: no expert for that env, or no expert of that name for it.
     """
     if task.env_name == "alfworld":
-        return AlfWorldExpert(task, seed)
+        if expert is None or expert == "walkthrough":
+            return AlfWorldExpert(task, seed)
+        if expert == "planner":
+            return AlfWorldPlannerExpert(task, seed)
+        raise EnvError(f"no ALFWorld expert {expert!r}; valid: {list(ALFWORLD_EXPERTS)}")
     if task.env_name == "webshop":
+        if expert is not None:
+            raise EnvError(f"WebShop has one expert (the goal-reading oracle); got expert={expert!r}")
         return WebShopOracle(task, seed)
     raise EnvError(f"no expert for env {task.env_name!r}; valid: ['alfworld', 'webshop']")
 
@@ -368,7 +458,8 @@ class ExpertSummary:
 
 def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int, max_prompt_length: int,
                    max_steps: int, seed: int = 0, min_score: float = 1.0,
-                   on_episode: Optional[Callable[[ExpertEpisode, ExpertSummary], None]] = None
+                   on_episode: Optional[Callable[[ExpertEpisode, ExpertSummary], None]] = None,
+                   expert: Optional[str] = None, prompt_layout: str = "step", turn_actions: str = "state"
                    ) -> tuple[list[dict[str, Any]], ExpertSummary]:
     """Play the expert of every task and keep the episodes whose ``task_score >= min_score``.
 
@@ -379,19 +470,28 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
         seed: think-template seed.
         min_score: keep threshold on the episode's ``task_score`` in [0, 1] (1.0: won only).
         on_episode: optional callback after each episode (progress bars).
+        expert: which expert (:func:`make_expert`; ALFWorld ``"walkthrough"`` or ``"planner"``,
+            None = the env's default).
+        prompt_layout, turn_actions: as for :func:`play_expert` (``conversation``: one row per
+            episode).
 
     Returns:
         ``(rows, summary)``: the kept rows in task order, step order.
+
+    Raises:
+        EnvError: as :func:`play_expert` and :func:`make_expert` (the planner's
+            :class:`~serl.envs.alfworld_expert.PlannerError` included).
     """
     rows: list[dict[str, Any]] = []
     summary = ExpertSummary()
     for task in tasks:
-        ep = play_expert(env, task, make_expert(task, seed), tokenizer, history_length, max_prompt_length, max_steps)
+        ep = play_expert(env, task, make_expert(task, seed, expert), tokenizer, history_length, max_prompt_length,
+                         max_steps, prompt_layout, turn_actions)
         summary.tasks += 1
         summary.won += ep.won
         summary.gave_up += ep.gave_up
         summary.task_score_sum += ep.task_score
-        summary.plan_lengths.setdefault(task.task_type, []).append(len(ep.rows))
+        summary.plan_lengths.setdefault(task.task_type, []).append(ep.steps)
         if ep.task_score >= min_score and ep.rows:
             summary.kept += 1
             summary.rows += len(ep.rows)
