@@ -196,6 +196,9 @@ def test_config_switch():
         load_config("cpu", ["env.turn_actions=some"])
     with pytest.raises(ConfigError, match="env.prompt_layout: env 'webshop' has no conversation layout"):
         load_config("webshop", ["env.prompt_layout=conversation"])
+    full = load_config("cpu_conversation")  # all six types, 50 steps, the chat within SmolLM2's context
+    assert (full.env.prompt_layout, full.env.task_types, full.env.max_steps) == ("conversation", [], 50)
+    assert full.data.max_prompt_length + full.data.max_response_length == 8192
 
 
 def test_expert_conversation_row_renders_to_the_collectors_ids(tokenizer, look_task):

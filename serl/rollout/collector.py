@@ -24,7 +24,7 @@ Two prompt layouts (``env.prompt_layout``):
   ``prompt_ids`` is the whole conversation so far and ``prompt`` the step's own user turn
   (``prompt_format="conversation"``); each prompt extends the previous one, so the ``hf``
   engine's turn cache and vLLM's prefix cache prefill only the new turn, and the update packs an
-  episode's steps back into one row (:func:`serl.train.batch.pack_conversations`). An episode
+  episode's steps back into one row (:func:`serl.train.packing.pack_conversations`). An episode
   whose next prompt would pass ``max_prompt_length`` ends there (``done``, not won; counted in
   ``rollout/context_overflow_fraction``): cutting the chat would break the prefix.
 """
