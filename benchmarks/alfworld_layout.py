@@ -1,0 +1,265 @@
+"""ALFWorld's two prompt layouts side by side: tokens per step, update and rollout seconds per episode.
+
+``env.prompt_layout=step`` (verl-agent's: a fresh ~800-token prompt per step, one training row per
+step) against ``conversation`` (one chat per episode, one training row per episode; the later
+turns list the admissible actions that ``env.turn_actions`` selects: ``all``, ``state`` or
+``none``). Three parts, in one run:
+
+* ``tokens`` (no model, CPU-independent): scripted episodes on ``--games`` train games of all six
+  task types (stratified, seeded): at each step the game's stored walkthrough action, or with
+  probability ``--explore`` a random admissible one (then the walkthrough is replanned by
+  restarting it from the next unplayed command), up to ``--max-steps`` steps; the reply is the
+  expert's ``<think>…</think><action>…</action>`` (:mod:`serl.rollout.expert`'s templates).
+  Per layout: prompt tokens of the first step, tokens each later step appends, the episode's
+  update tokens (the step layout: every step's prompt and reply; the conversation: the one row),
+  and the 50-step episode's projected length against SmolLM2's 8,192-token context.
+* ``update``: the trainer's own update (:class:`serl.train.update.PolicyUpdate`, the default
+  recipe's LoRA policy, dtype and micro-batching) on the same scripted episodes in both layouts
+  (advantage +1 / −1 alternately per episode), timed apart: seconds and tokens per episode.
+* ``rollout``: the trainer's collector with the policy sampling (T = 1) on ``--rollout-games``
+  games × ``--n`` episodes in each layout, ``--rollout-steps`` steps at most: seconds per step and
+  per episode, and the hf engine's prefilled / reused prompt tokens (its turn cache).
+
+Printed first: the CPU model and dtype. Needs the ALFWorld train games (``--data-dir``, default
+``$SERL_DATA`` or the shared data folder). ::
+
+    PYTHONPATH=$PWD python benchmarks/alfworld_layout.py --data-dir ../shared/data/alfworld --parts tokens
+    PYTHONPATH=$PWD python benchmarks/alfworld_layout.py --data-dir ../shared/data/alfworld --parts tokens,update,rollout
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+from serl.utils import use_openmp_policy  # imports no torch
+
+use_openmp_policy()
+
+import torch  # noqa: E402
+
+from serl.agent.chat import chat_prompt_ids  # noqa: E402
+from serl.agent.prompts.alfworld import build_prompt, build_turn  # noqa: E402
+from serl.agent.parsing import action_token_mask  # noqa: E402
+from serl.envs.alfworld import AlfWorldEnv, walkthrough  # noqa: E402
+from serl.rollout.collector import build_step_prompt, conversation_turn_ids  # noqa: E402
+from serl.rollout.expert import ALFWORLD_THINK, _task_phrase, format_response  # noqa: E402
+from serl.utils import cpu_kind  # noqa: E402
+
+TURN_ACTIONS = ("all", "state", "none")
+CONTEXT = 8192
+
+
+def pick_games(data_dir: str, n: int, seed: int) -> list:
+    """``n`` train games, the six task types in turn, each type's games in a seeded order."""
+    by_type = defaultdict(list)
+    for t in AlfWorldEnv.list_tasks("train", data_dir):
+        by_type[t.task_type].append(t)
+    rng = random.Random(seed)
+    for v in by_type.values():
+        rng.shuffle(v)
+    types, out = sorted(by_type), []
+    while len(out) < n and any(by_type.values()):
+        for ty in types:
+            if by_type[ty] and len(out) < n:
+                out.append(by_type[ty].pop())
+    return out
+
+
+def scripted_episode(env: AlfWorldEnv, task, max_steps: int, explore: float, rng: random.Random) -> dict:
+    """One scripted episode: the walkthrough's next command, or a random admissible one with
+    probability ``explore`` (then the walkthrough restarts from its first command not yet
+    played); returns the task text and per step ``(observation, admissible, action)``."""
+    res = env.reset(task)
+    plan, k, steps = walkthrough(task), 0, []
+    for t in range(max_steps):
+        if res.done:
+            break
+        if rng.random() < explore or k >= len(plan):
+            action = rng.choice([a for a in res.admissible_actions if a != "help"])
+        else:
+            action, k = plan[k], k + 1
+        steps.append((res.observation, list(res.admissible_actions), action))
+        res = env.step(action)
+        if res.done:
+            break
+    return {"task_text": res.task, "task_type": task.task_type, "steps": steps, "won": bool(res.won)}
+
+
+def reply(task_text: str, action: str, t: int) -> str:
+    return format_response(ALFWORLD_THINK[t % len(ALFWORLD_THINK)].format(task=_task_phrase(task_text), action=action),
+                           action)
+
+
+def layout_rows(tok, ep: dict, layout: str, turn_actions: str, max_prompt_length: int) -> list[tuple[list, list]]:
+    """``(prompt_ids, response_ids)`` per step as the collector builds them in ``layout``."""
+    rows, history, conv = [], [], None
+    for t, (obs, adm, action) in enumerate(ep["steps"]):
+        resp = tok(reply(ep["task_text"], action, t), add_special_tokens=False).input_ids + [tok.convert_tokens_to_ids("<|im_end|>")]
+        if layout == "step" or t == 0:
+            _, ids, _ = build_step_prompt(build_prompt, tok, ep["task_text"], obs, adm, history, 2, max_prompt_length)
+        else:
+            ids = conv + conversation_turn_ids(tok, rows[-1][1], build_turn(obs, adm, t, turn_actions))
+        rows.append((ids, resp))
+        conv = ids + resp
+        history.append((obs, action))
+    return rows
+
+
+def tokens_part(tok, episodes: list[dict]) -> dict:
+    out = {}
+    step_rows = [layout_rows(tok, ep, "step", "all", 10**6) for ep in episodes]
+    per_step = [len(p) + len(r) for rows in step_rows for p, r in rows]
+    out["step"] = {"update_tokens_per_step": statistics.mean(per_step),
+                   "update_tokens_per_episode": statistics.mean(sum(len(p) + len(r) for p, r in rows) for rows in step_rows)}
+    for ta in TURN_ACTIONS:
+        conv_rows = [layout_rows(tok, ep, "conversation", ta, 10**6) for ep in episodes]
+        first = [len(rows[0][0]) for rows in conv_rows]
+        growth = [(len(rows[-1][0]) + len(rows[-1][1]) - rows[0][0].__len__()) / len(rows) for rows in conv_rows]
+        total = [len(rows[-1][0]) + len(rows[-1][1]) for rows in conv_rows]
+        fifty = [f + 50 * g for f, g in zip(first, growth)]
+        out[f"conversation/{ta}"] = {
+            "first_prompt_tokens": statistics.mean(first), "tokens_per_later_step": statistics.mean(growth),
+            "update_tokens_per_episode": statistics.mean(total), "projected_50_step_tokens": statistics.mean(fifty),
+            "projected_50_step_max": max(fifty), "fits_8192_fraction": sum(f <= CONTEXT for f in fifty) / len(fifty)}
+    return out
+
+
+def update_part(trainer, tok, episodes: list[dict], turn_actions: str, repeats: int) -> dict:
+    """Seconds of the trainer's update on the scripted episodes, both layouts (interleaved)."""
+    from serl.train.batch import UpdateBatch
+    from serl.train.packing import pack_conversations
+
+    def batch(layout: str) -> UpdateBatch:
+        prompts, resps, advs, masks, amasks, traj = [], [], [], [], [], []
+        for e, ep in enumerate(episodes):
+            for p, r in layout_rows(tok, ep, layout, turn_actions, 10**6):
+                prompts.append(p), resps.append(r), traj.append(str(e))
+                advs.append(torch.full((len(r),), 1.0 if e % 2 == 0 else -1.0))
+                masks.append(torch.ones(len(r)))
+                amasks.append(action_token_mask(r, tok)[1])
+        b = UpdateBatch(prompt_ids=prompts, response_ids=resps, response_masks=masks, advantages=advs,
+                        old_log_probs=[None] * len(prompts), action_masks=amasks)
+        return pack_conversations(b, traj)[0] if layout == "conversation" else b
+
+    out = {}
+    for layout in ("step", "conversation"):
+        b = batch(layout)
+        out[layout] = {"rows": len(b), "tokens_per_episode": sum(len(p) + len(r) for p, r in zip(b.prompt_ids, b.response_ids)) / len(episodes),
+                       "seconds": []}
+    for _ in range(repeats):
+        for layout in ("step", "conversation"):
+            b = batch(layout)
+            t0 = time.perf_counter()
+            trainer.update.run(b)
+            out[layout]["seconds"].append(time.perf_counter() - t0)
+    for layout in out:
+        s = out[layout]["seconds"]
+        out[layout]["seconds_per_episode"] = statistics.median(s) / len(episodes)
+    out["ratio_conversation_over_step"] = out["conversation"]["seconds_per_episode"] / out["step"]["seconds_per_episode"]
+    return out
+
+
+def rollout_part(trainer, cfg, tasks: list, n: int, steps: int, turn_actions: str) -> dict:
+    from serl.rollout.collector import Collector
+    from serl.rollout.engine import SamplingParams, engine_metrics, release_engine_cache
+    from serl.train import env_pool
+
+    out = {}
+    pool = env_pool.make_pool(cfg, len(tasks) * n)
+    try:
+        for layout in ("step", "conversation"):
+            col = Collector(pool, trainer.engine, trainer.tokenizer, "alfworld", 2, steps, cfg.data.max_prompt_length,
+                            layout, turn_actions)
+            params = SamplingParams(max_new_tokens=cfg.data.max_response_length, temperature=1.0, top_p=1.0,
+                                    top_k=-1, do_sample=True)
+            torch.manual_seed(0)
+            engine_metrics(trainer.engine)
+            t0 = time.perf_counter()
+            groups = col.collect(tasks, n, params)
+            dt = time.perf_counter() - t0
+            em = engine_metrics(trainer.engine)
+            release_engine_cache(trainer.engine)
+            trajs = [t for g in groups for t in g.trajectories]
+            nsteps = sum(len(t.steps) for t in trajs)
+            out[layout] = {"episodes": len(trajs), "steps": nsteps, "seconds": dt,
+                           "seconds_per_step": dt / max(1, nsteps), "seconds_per_episode": dt / len(trajs),
+                           "won": sum(t.won for t in trajs), **{k: v for k, v in em.items() if "token" in k},
+                           **col.last_metrics}
+    finally:
+        pool.close()
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--parts", default="tokens", help="comma list of tokens,update,rollout")
+    ap.add_argument("--games", type=int, default=30)
+    ap.add_argument("--max-steps", type=int, default=50)
+    ap.add_argument("--explore", type=float, default=0.5)
+    ap.add_argument("--update-episodes", type=int, default=4)
+    ap.add_argument("--update-steps", type=int, default=20, help="steps per scripted episode in the update part")
+    ap.add_argument("--turn-actions", default="state")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--rollout-games", type=int, default=2)
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--rollout-steps", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="config overrides on top of the default recipe (e.g. trainer.activation_memory_gb=8)")
+    ap.add_argument("--out", default=None, help="write the results as JSON here too")
+    args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
+
+    from serl.configure import load_config
+    from serl.envs.alfworld import resolve_data_dir
+    from serl.models.loading import load_tokenizer, resolve_model_path
+
+    data_dir = str(resolve_data_dir(args.data_dir))
+    cfg = load_config("cpu", [f"env.data_dir={data_dir}", "trainer.progress=false", "env.task_types=[]",
+                              f"env.max_steps={args.rollout_steps}", f"data.max_prompt_length={CONTEXT - 96}",
+                              *args.set])
+    print(f"CPU: {cpu_kind()}; torch {torch.__version__}; threads {torch.get_num_threads()}", flush=True)
+    tok = load_tokenizer(resolve_model_path(cfg.model.path))
+    rng = random.Random(args.seed)
+    env = AlfWorldEnv(max_steps=args.max_steps, data_dir=data_dir)
+    games = pick_games(data_dir, args.games, args.seed)
+    t0 = time.perf_counter()
+    episodes = [scripted_episode(env, g, args.max_steps, args.explore, rng) for g in games]
+    env.close()
+    print(f"{len(episodes)} scripted episodes ({sum(len(e['steps']) for e in episodes)} steps, "
+          f"{sum(e['won'] for e in episodes)} won) in {time.perf_counter() - t0:.0f} s", flush=True)
+    results: dict = {"cpu": cpu_kind(), "args": vars(args)}
+    if "tokens" in parts:
+        results["tokens"] = tokens_part(tok, episodes)
+        print(json.dumps(results["tokens"], indent=1), flush=True)
+    if parts & {"update", "rollout"}:
+        from serl.train.trainer import Trainer
+
+        trainer = Trainer(cfg, run_dir=tempfile.mkdtemp(prefix="serl-layout-"))
+        print(f"dtype: rollout {trainer.models.infer_dtype}, update autocast {trainer.models.autocast_dtype}", flush=True)
+        try:
+            if "update" in parts:
+                eps = [dict(e, steps=e["steps"][: args.update_steps]) for e in episodes[: args.update_episodes]]
+                results["update"] = update_part(trainer, tok, eps, args.turn_actions, args.repeats)
+                print(json.dumps(results["update"], indent=1), flush=True)
+            if "rollout" in parts:
+                results["rollout"] = rollout_part(trainer, cfg, games[: args.rollout_games], args.n, args.rollout_steps,
+                                                  args.turn_actions)
+                print(json.dumps(results["rollout"], indent=1), flush=True)
+        finally:
+            trainer.close()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
