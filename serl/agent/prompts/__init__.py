@@ -18,6 +18,18 @@ from typing import Callable
 PromptBuilder = Callable[[str, str, list, list, int, int], str]
 
 
+def _env_builder(env_name: str, attribute: str, missing: str) -> Callable:
+    """The function the env class registered as ``env_name`` names in ``attribute``
+    (``"module:function"``), imported now; ConfigError ``missing`` when it names none."""
+    from serl.envs.base import get_env_class, load_entry_point
+    from serl.errors import ConfigError
+
+    entry_point = getattr(get_env_class(env_name), attribute, "")
+    if not entry_point:
+        raise ConfigError(missing)
+    return load_entry_point(entry_point)
+
+
 def get_prompt_builder(env_name: str) -> PromptBuilder:
     """The prompt builder of the env registered as ``env_name``.
 
@@ -29,14 +41,8 @@ def get_prompt_builder(env_name: str) -> PromptBuilder:
         ConfigError: ``env_name`` is not registered, or its env class names no prompt builder.
         EnvError: the entry point cannot be imported.
     """
-    from serl.envs.base import get_env_class, load_entry_point
-    from serl.errors import ConfigError
-
-    entry_point = getattr(get_env_class(env_name), "prompt_builder", "")
-    if not entry_point:
-        raise ConfigError(f"env {env_name!r} names no prompt builder: set its class attribute "
-                          "prompt_builder = 'module:function'")
-    return load_entry_point(entry_point)
+    return _env_builder(env_name, "prompt_builder", f"env {env_name!r} names no prompt builder: set its class "
+                        "attribute prompt_builder = 'module:function'")
 
 
 def get_turn_builder(env_name: str) -> Callable[[str, list, int, str], str]:
@@ -49,14 +55,8 @@ def get_turn_builder(env_name: str) -> Callable[[str, list, int, str], str]:
             has no conversation layout).
         EnvError: the entry point cannot be imported.
     """
-    from serl.envs.base import get_env_class, load_entry_point
-    from serl.errors import ConfigError
-
-    entry_point = getattr(get_env_class(env_name), "turn_builder", "")
-    if not entry_point:
-        raise ConfigError(f"env.prompt_layout: env {env_name!r} has no conversation layout (its class names no "
-                          "turn_builder = 'module:function'); use env.prompt_layout=step")
-    return load_entry_point(entry_point)
+    return _env_builder(env_name, "turn_builder", f"env.prompt_layout: env {env_name!r} has no conversation layout "
+                        "(its class names no turn_builder = 'module:function'); use env.prompt_layout=step")
 
 
 def format_history(history: list[tuple[str, str]], history_length: int, step_count: int) -> str:
