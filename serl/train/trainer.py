@@ -170,9 +170,9 @@ class Trainer:
         """One rollout and update; returns the iteration's metrics. The steps are SPEAR's ``fit``:
 
         1. rollout: ``train_batch_size`` tasks × ``env.rollout.n`` episodes (groups of trajectories);
-        2. rows: one per step (in both prompt layouts), score = episode reward + SPEAR's tool-call bonus, GiGPO's step
-           returns on all rows; the Dr.BoT response filters mask rows, the group std filter drops
-           groups;
+        2. rows: one per step (in both prompt layouts), score = episode reward + SPEAR's tool-call
+           bonus, GiGPO's step returns on all rows; the Dr.BoT response filters mask rows, the
+           group std filter drops groups;
         3. advantages from the registry (``algorithm.adv_estimator``), after the invalid-action
            penalty;
         4. SPEAR: a full replay buffer becomes this step's replay batch;
