@@ -57,7 +57,8 @@ def build_prompt(
     )
 
 
-#: commands listed in the first turn that stay admissible all episode (``state`` leaves them out of later turns)
+#: commands the first turn lists that stay the same all episode (``go to`` all receptacles but the one the
+#: agent is at): ``state`` leaves them out of later turns
 _CONSTANT_PREFIXES = ("go to ", "look", "inventory", "help")
 
 
@@ -67,8 +68,8 @@ def turn_action_list(actions: list[str], turn_actions: str) -> list[str]:
     Args:
         actions: the env's admissible actions now.
         turn_actions: ``all`` (every action but ``help``), ``state`` (also without ``go to X``,
-            ``look`` and ``inventory``, which ALFWorld admits at every step of an episode and the
-            first turn lists) or ``none``.
+            ``look`` and ``inventory``, which ALFWorld admits at every step of an episode, ``go to``
+            every receptacle but the one the agent is at, and the first turn lists) or ``none``.
 
     Raises:
         ValueError: unknown ``turn_actions``.
