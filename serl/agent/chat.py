@@ -4,7 +4,8 @@ A step's prompt is rendered in one of :data:`PROMPT_FORMATS` (``Step.prompt_form
 (the tokenizer's chat template on one user message: ALFWorld, WebShop), ``tool_chat`` (serl's
 ChatML rendering with the ``code_interpreter`` tools section: the math env,
 :mod:`serl.agent.tool_chat`) or ``conversation`` (``env.prompt_layout=conversation``: the
-episode's chat so far, whose last user turn is the step's own text; :func:`conversation_head`). The teacher's privileged prompt is rendered in the same format as
+episode's chat so far, whose last user turn is the step's own text; :func:`conversation_head`).
+The teacher's privileged prompt is rendered in the same format as
 the student's, so the two score the same response tokens after the same kind of context.
 """
 

@@ -37,10 +37,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from serl.agent.chat import chat_prompt_ids
+from serl.agent.chat import chat_prompt_ids, user_turn_ids
 from serl.agent.parsing import FALLBACK_CHARS, action_token_mask, project_action
 from serl.agent.prompts import PromptBuilder, get_prompt_builder, get_turn_builder
-from serl.agent.tool_chat import encode, end_of_turn_ids, render_assistant_header, render_user_turn
+from serl.agent.tool_chat import end_of_turn_ids
 from serl.envs.base import StepResult, Task
 from serl.rollout.engine import RolloutEngine, SamplingParams, sample
 from serl.trajectory import Group, Step, Trajectory
@@ -62,7 +62,7 @@ class _EnvState:
     history: list[tuple[str, str]] = field(default_factory=list)
     done: bool = False
     prompt: str = ""
-    #: conversation layout: the chat so far (the last prompt and, once sampled, its reply)
+    #: conversation layout: the chat so far (the last step's prompt and its sampled reply)
     conv: list[int] = field(default_factory=list)
 
 
@@ -127,8 +127,7 @@ def conversation_turn_ids(tokenizer, reply_ids: list[int], turn_text: str) -> li
     end of that turn (:func:`serl.agent.tool_chat.end_of_turn_ids`), the user turn ``turn_text``
     and the assistant header, each tokenised on its own (ChatML; the same pieces as SFT's
     :func:`serl.agent.tool_chat.render_sft_conversation`)."""
-    return (end_of_turn_ids(tokenizer, reply_ids) + encode(tokenizer, render_user_turn(turn_text))
-            + encode(tokenizer, render_assistant_header()))
+    return end_of_turn_ids(tokenizer, reply_ids) + user_turn_ids(tokenizer, turn_text)
 
 
 class Collector:
@@ -248,8 +247,6 @@ class Collector:
                     n_overflow += 1
                     continue
                 st.prompt = text
-                if conversation:
-                    st.conv = ids
                 active.append(i)
                 prompt_ids.append(ids)
                 n_prompts += 1
