@@ -14,7 +14,8 @@ owned by the registries that implement them, each with a ``check_config``:
 * :func:`serl.algos.spear.check_config`: ``algorithm.use_toolcall_reward``,
   ``algorithm.spear.trajectory_staleness_reference``;
 * :func:`serl.hindsight.modes.check_config`: ``algorithm.serl.sampling_mode``,
-  ``trajectory_format``, ``success_source`` and a judge mode's ``judge_*`` keys.
+  ``trajectory_format``, ``success_source`` and a judge mode's ``judge_*`` keys;
+* :func:`serl.algos.dynamic_sampling.check_config`: ``algorithm.filter_groups.metric``.
 
 This module asks them all: :func:`load_config` and :func:`config_from_yaml` return a config that
 passed both kinds of checks, before any model loads. It imports the registries; no registry
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from serl.algos import advantages, filters, losses, spear
+from serl.algos import advantages, dynamic_sampling, filters, losses, spear
 from serl.config import DEFAULT_RECIPE, Config, parse_config, parse_config_yaml
 from serl.envs import base as env_base
 from serl.errors import ConfigError
@@ -40,7 +41,7 @@ __all__ = ["check_config", "config_from_yaml", "load_config", "load_run_config"]
 
 def _check_registries(cfg: Config) -> None:
     """The registries' checks, in :meth:`Config.validate`'s section order (model, env, data,
-    rollout, actor, algorithm: estimator, gigpo, spear, serl; trainer, sft), so the first error
+    rollout, actor, algorithm: estimator, gigpo, spear, serl, filter_groups; trainer, sft), so the first error
     reported is the first in that order among the registry-owned names."""
     env_base.check_config(cfg.env)
     engine.check_config(cfg.rollout)
@@ -50,6 +51,7 @@ def _check_registries(cfg: Config) -> None:
     _check_row_layout(cfg)
     spear.check_config(cfg.algorithm)
     modes.check_config(cfg.algorithm.serl)
+    dynamic_sampling.check_config(cfg.algorithm.filter_groups.metric)
 
 
 def _check_row_layout(cfg: Config) -> None:

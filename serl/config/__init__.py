@@ -25,12 +25,19 @@ This package is a leaf: it imports nothing from serl but :mod:`serl.errors`, so 
 may name its config types. Modules:
 
 * :mod:`~serl.config.model_env`: ``model``, ``env``, ``data``, ``rollout``;
-* :mod:`~serl.config.algorithm`: ``actor``, ``algorithm`` (``gigpo``, ``spear``, ``serl``);
+* :mod:`~serl.config.algorithm`: ``actor``, ``algorithm`` (``gigpo``, ``spear``, ``serl``, ``filter_groups``);
 * :mod:`~serl.config.run`: ``trainer``, ``sft`` and the top-level :class:`Config`;
 * :mod:`~serl.config.recipes`: recipe files, YAML in and out.
 """
 
-from serl.config.algorithm import ActorConfig, AlgorithmConfig, GiGPOConfig, SerlConfig, SpearConfig
+from serl.config.algorithm import (
+    ActorConfig,
+    AlgorithmConfig,
+    FilterGroupsConfig,
+    GiGPOConfig,
+    SerlConfig,
+    SpearConfig,
+)
 from serl.config.model_env import (
     DTYPES,
     ENV_POOLS,
@@ -57,6 +64,7 @@ from serl.errors import ConfigError
 __all__ = [
     "DEFAULT_RECIPE", "DEVICES", "DTYPES", "ENV_POOLS", "LOGGERS", "RECIPE_DIR", "STRATEGIES",
     "ActorConfig", "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "EnvConfig", "EnvRolloutConfig",
+    "FilterGroupsConfig",
     "GiGPOConfig", "ModelConfig", "ModelLoraConfig", "RolloutConfig", "SandboxConfig", "SFTConfig", "SerlConfig", "SpearConfig",
     "TrainerConfig", "config_to_dict", "parse_config", "parse_config_yaml", "recipe_path", "to_yaml",
 ]

@@ -336,6 +336,28 @@ class SpearConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """Dynamic sampling (DAPO, arXiv 2503.14476; verl-agent's ``algorithm.filter_groups``): play
+    more batches of tasks until ``data.train_batch_size`` groups whose episodes differ in ``metric``
+    are kept (:mod:`serl.algos.dynamic_sampling`)."""
+
+    enable: bool = False
+    #: what must differ within a kept group: episode_reward (verl-agent) | won (DAPO's ``acc``)
+    metric: str = "episode_reward"
+    #: cap on the batches played per iteration; the last one goes in unfiltered. verl-agent's
+    #: yaml default 0 would play nothing, so here it must be >= 1
+    max_num_gen_batches: int = 10
+    #: keep only the first data.train_batch_size kept groups (verl's DAPO recipe); false keeps
+    #: them all, as verl-agent does (an update may then hold more groups)
+    trim: bool = False
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` naming ``algorithm.filter_groups.<key>``. ``metric`` is
+        checked by :func:`serl.algos.dynamic_sampling.check_config`."""
+        _check(self.max_num_gen_batches >= 1, "algorithm.filter_groups.max_num_gen_batches", "must be >= 1")
+
+
+@dataclass
 class AlgorithmConfig:
     #: advantage estimator registry name: grpo, ...
     adv_estimator: str = "grpo"
@@ -358,6 +380,7 @@ class AlgorithmConfig:
     filter_unreadable_responses: bool = False
     spear: SpearConfig = field(default_factory=SpearConfig)
     serl: SerlConfig = field(default_factory=SerlConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
 
     def validate(self) -> None:
         """Raises :class:`ConfigError` naming ``algorithm.<key>``; validates the ``gigpo``,
@@ -369,3 +392,4 @@ class AlgorithmConfig:
         self.gigpo.validate()
         self.spear.validate()
         self.serl.validate()
+        self.filter_groups.validate()

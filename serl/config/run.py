@@ -68,8 +68,8 @@ class TrainerConfig:
     #: how N processes share the update: ddp (each rank a full copy of the model, gradients
     #: all-reduced) or fsdp (the policy's parameters, gradients and AdamW state sharded over the
     #: ranks with torch's FSDP2 ``fully_shard``; the rollout copy, teacher and reference stay
-    #: full; not with LoRA; with one process fsdp runs as one process, with a warning). README
-    #: "Scaling out"
+    #: full; not with LoRA; with one process fsdp runs as one process, with a warning).
+    #: docs/scaling.md, "Multi-process training"
     strategy: str = "ddp"
     #: activation memory (GiB) a micro-batch may use without checkpointing under
     #: ``model.gradient_checkpointing=auto`` (per process); null = half the memory available at
@@ -211,6 +211,11 @@ class Config:
             _check(not self.algorithm.spear.enable_trajectory_replay, "actor.skip_zero_advantage_rows",
                    "cannot run with algorithm.spear.enable_trajectory_replay (the replay buffer stores every "
                    "row's old log-probs, which the skip does not compute)")
+        if self.algorithm.filter_groups.enable:
+            _check(self.env.rollout.n >= 2, "algorithm.filter_groups.enable",
+                   f"needs env.rollout.n >= 2 (got {self.env.rollout.n}): a group of one episode has no spread to filter on")
+            _check(n == 1 or self.algorithm.filter_groups.trim, "algorithm.filter_groups.trim",
+                   f"must be true with trainer.num_processes={n} (every rank needs the same number of groups)")
         _check(not (self.trainer.strategy == "fsdp" and self.model.lora.r > 0), "trainer.strategy",
                "fsdp does not support LoRA (model.lora.r > 0): the LoRA policy is its own rollout model, which "
                "must not be sharded; use trainer.strategy=ddp (LoRA's optimizer state is small anyway)")
