@@ -4,14 +4,16 @@ Phases (each one resumable: a finished phase is skipped, an interrupted run cont
 ``--resume``; re-run the same command after an interruption):
 
 1. ``expert``  — ``serl data expert alfworld`` on ``--expert-tasks`` train games of the recipe's
-   task types (walkthroughs played through the RL prompt builder; WebShop: the oracle, below);
+   task types (walkthroughs played through the RL prompt builder; WebShop: the oracle, below), or
+   ``--expert-file``, rows made beforehand (e.g. in shards, or on a CPU before a GPU lease);
 2. ``sft``     — ``serl sft`` (LoRA by default) on those rows; its merged model is the RL start;
 3. ``rl``      — for each algorithm and seed, ``serl train`` from the SFT model for
-   ``--iterations`` iterations, in chunks of ``--eval-every``; after each chunk (and at the SFT
-   start) the policy is evaluated on a fixed panel: the first ``--panel-per-type`` tasks of each
-   task type of each ``--splits`` split (``serl eval --num-tasks``: round-robin over types in
-   listing order, so the same tasks every time), sampled at ``rollout.val_temperature`` with the
-   fixed seed ``--eval-seed``;
+   ``--iterations`` iterations (0: none, the cold start's panels alone), in chunks of
+   ``--eval-every``; after each chunk (and at the SFT start) the policy is evaluated on a fixed
+   panel: the first ``--panel-per-type`` tasks of each task type of each ``--splits`` split
+   (``serl eval --num-tasks``: round-robin over types in listing order, so the same tasks every
+   time), sampled at ``rollout.val_temperature`` with the fixed seed ``--eval-seed``; at the start
+   ``--compare-model`` (e.g. an older cold start, with ``--compare-override``) plays the same panels;
 4. ``report``  — LEARNING.md (machine, commands, wall time per phase, success and valid-action
    ratio mean ± std over seeds at the start and the end, the per-iteration fraction of groups with
    a non-zero advantage) and a PNG plot of panel success vs iteration (mean ± std over seeds).
@@ -191,6 +193,13 @@ class Experiment:
         out = self.w / "expert.jsonl"
         if out.exists():
             return
+        if self.a.expert_file:  # rows made beforehand: the SFT's data as they are
+            import shutil
+
+            tmp = out.with_suffix(".tmp")
+            shutil.copyfile(self.a.expert_file, tmp)
+            os.replace(tmp, out)
+            return
         if self.a.env == "math":
             return self.expert_math(out)
         keep = ["--min-score", str(self.a.expert_min_score)] if self.a.env == "webshop" else []
@@ -323,6 +332,9 @@ class Experiment:
         starts = [lambda: self.evaluate("sft", 0, [*self.common(), f"model.path={model}"])]
         if self.a.base_eval:
             starts.insert(0, lambda: self.evaluate("base", 0, [*self.common(), *self.base()]))
+        if self.a.compare_model:
+            starts.append(lambda: self.evaluate("compare", 0, [*self.common(), f"model.path={self.a.compare_model}",
+                                                              *self.a.compare_override]))
         chunks = [(seed, target) for seed in self.a.seeds
                   for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every)]
         if self.a.jobs <= 1:
@@ -334,6 +346,8 @@ class Experiment:
         # --jobs: the start panels beside the first runs, then each (seed, chunk)'s runs side by side,
         # and with as many jobs as runs, every seed of a chunk at once
         targets = sorted({t for _, t in chunks})
+        if not targets:  # --iterations 0: the start panels alone
+            self.side_by_side(starts)
         for i, target in enumerate(targets):
             runs = [lambda a=algo, s=seed, t=target: self.rl_chunk(a, s, t, model)
                     for seed in self.a.seeds for algo in self.a.algos]

@@ -20,7 +20,8 @@
 #                   `-` for none (the math leg reads the GSM8K data shipped with serl)
 # learning.py runs with --workdir WORKDIR/run and the options given, stopped at BUDGET_SECONDS (give
 # --train-seconds well inside it: the end panels come after training); whatever has finished goes to
-# $OUT/results.tar.gz (phases, the runs' metrics and configs, every panel, the report, the logs).
+# $OUT/results.tar.gz (phases, the SFT's metrics and LoRA adapter, the runs' metrics and configs, every
+# panel's metrics, per-task results and actions, the report, the logs).
 #
 # Before the lease, here (with pip's registry and serl installed), make those folders in one step:
 #
@@ -79,8 +80,25 @@ left=$(( BUDGET - ($(date +%s) - start) - 15 ))
 echo "learning_gpu.sh: setup took $(( $(date +%s) - start )) s; learning.py gets ${left} s"
 timeout -s TERM -k 30 "$left" python3 benchmarks/learning.py --workdir "$W/run" "$@" 2>&1 | tee "$W/logs/learning.txt"
 echo "learning_gpu.sh: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$W/logs/gpu.txt"
+# each panel's actions (actions.jsonl), so that trajectories.jsonl (token ids of every prompt: too
+# large to come back from a conversation-layout panel) can stay behind
+python3 - "$W"/run/eval/*/*/ <<'EOF'
+import json, sys
+for d in sys.argv[1:]:
+    try:
+        lines = open(d + "trajectories.jsonl")
+    except FileNotFoundError:
+        continue
+    with open(d + "actions.jsonl", "w") as f:
+        for line in lines:
+            t = json.loads(line)
+            f.write(json.dumps({"task_id": t["task"]["task_id"], "won": any(s["won"] for s in t["steps"]),
+                                "actions": [s["action"] for s in t["steps"]],
+                                "admissible": [s["action"] in s["admissible_actions"] for s in t["steps"]]}) + "\n")
+EOF
 if [ -n "${OUT:-}" ]; then
-  (cd "$W" && tar czf "$OUT/results.tar.gz" logs run/phases.json run/start.json run/LEARNING.md run/learning.png \
-     run/eval run/rl/*/metrics.jsonl run/rl/*/config.yaml run/rl/*/env_preflight.txt 2>/dev/null)
+  (cd "$W" && tar czf "$OUT/results.tar.gz" --exclude=trajectories.jsonl logs run/phases.json run/start.json \
+     run/LEARNING.md run/learning.png run/eval run/sft/metrics.jsonl run/sft/config.yaml run/sft/adapter \
+     run/rl/*/metrics.jsonl run/rl/*/config.yaml run/rl/*/env_preflight.txt 2>/dev/null)
   ls -la "$OUT"
 fi

@@ -160,6 +160,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--expert-rows", type=int,
                    help="math: the SFT set is the first N expert rows in --expert-seed order (problems whose "
                         "solution has no or too many calculator steps give no row); default 1024, 0 = all")
+    p.add_argument("--expert-file", help="expert rows made beforehand (`serl data expert --out`, e.g. in shards on "
+                   "another machine): copied to the work folder's expert.jsonl, the SFT's data, instead of running "
+                   "the expert phase")
     p.add_argument("--expert-seed", type=int, default=0)
     p.add_argument("--expert-min-score", type=float, default=1.0,
                    help="webshop: keep oracle episodes whose score is at least this (1.0 = won)")
@@ -170,7 +173,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--algos", nargs="+", help="default grpo serl (alfworld, webshop: choices "
                    f"{sorted(ALGOS)}); grpo spear serl (math: choices {sorted(MATH_ALGOS)})")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--iterations", type=int, help="RL iterations per run; default 10 (alfworld), 3 (webshop), 40 (math)")
+    p.add_argument("--iterations", type=int, help="RL iterations per run; default 10 (alfworld), 3 (webshop), 40 (math); "
+                   "0: no RL, the cold start alone (expert, SFT and the SFT start's panels)")
     p.add_argument("--eval-every", type=int, help="panel evaluation every this many iterations; default 5 / 3 / 20")
     p.add_argument("--panel-per-type", type=int, default=4,
                    help="alfworld: panel tasks per task type and split; -1 = every task of the split")
@@ -203,6 +207,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also evaluate the base model (--base-model, else the recipe's) on the panel (default: on for math)")
     p.add_argument("--splits", nargs="+", help="panel splits; default valid_seen valid_unseen (alfworld), test "
                                                "(webshop), gsm8k:test (math)")
+    p.add_argument("--compare-model", help="model.path of another policy evaluated on the same start panels (policy "
+                   "label `compare`), e.g. an older cold start, for a paired comparison with the SFT start")
+    p.add_argument("--compare-override", nargs="*", default=[],
+                   help="key=value for the --compare-model panels only (after --override), e.g. env.prompt_layout=step")
     p.add_argument("--eval-seed", type=int, default=1000)
     p.add_argument("--smooth-window", type=int, default=5,
                    help="math report: moving-average window (iterations) of the training-accuracy curve and "
@@ -245,6 +253,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--smooth-window must be >= 1")
     if not 0.0 <= a.expert_min_score <= 1.0:
         p.error("--expert-min-score must be in [0, 1]")
-    if a.iterations < 1 or a.eval_every < 1 or a.iterations % a.eval_every:
-        p.error("--iterations must be a positive multiple of --eval-every")
+    if a.iterations < 0 or a.eval_every < 1 or a.iterations % a.eval_every:
+        p.error("--iterations must be a multiple of --eval-every (0: no RL)")
+    if a.expert_file and not Path(a.expert_file).is_file():
+        p.error(f"--expert-file {a.expert_file}: no such file")
+    if a.expert_file and a.sft_model:
+        p.error("--expert-file and --sft-model exclude each other (--sft-model skips the expert and SFT phases)")
     return a

@@ -143,7 +143,8 @@ def _curve_axes(ax, curve: dict[str, dict[int, list[float]]], ylabel: str, title
     ax.set_ylabel(ylabel)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # no curve yet (no panel, or --iterations 0 without a start panel)
+        ax.legend()
     ax.set_title(title)
 
 

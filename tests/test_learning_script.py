@@ -650,3 +650,30 @@ def test_null_update_keeps_each_layers_update_size_in_a_new_direction(tmp_path):
     assert (out / "checkpoints" / "latest").read_text().strip() == "iter_000002"
     with pytest.raises(FileNotFoundError, match="config.yaml"):
         null_update.write_null_run(tmp_path / "null" / "checkpoints", tmp_path / "x", 1)
+
+
+def test_alfworld_cold_start_alone_from_an_expert_file_with_a_compared_policy(tmp_path, monkeypatch):
+    """``--expert-file`` (rows made beforehand) skips the expert command and is the SFT's data;
+    ``--iterations 0`` trains nothing and evaluates the SFT start; ``--compare-model`` plays the same
+    panels with its own overrides (with ``--jobs`` > 1 too)."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"task_id": "g0", "messages": []}) + "\n")
+    work = tmp_path / "w"
+    import learning_report
+    monkeypatch.setattr(learning_report, "write_report", lambda *a: None)
+    fake = FakeSerl()
+    _run(parse_args(["--workdir", str(work), "--expert-file", str(rows), "--iterations", "0", "--seeds", "0",
+                     "--splits", "valid_unseen", "--panel-per-type", "-1", "--panel-decoding", "greedy", "--jobs", "2",
+                     "--compare-model", "old-cold-start", "--compare-override", "env.prompt_layout=step"]),
+         fake, monkeypatch)
+    assert [c[0] for c in fake.calls if c[0] != "eval"] == ["sft"]  # no `serl data expert`, no `serl train`
+    assert (work / "expert.jsonl").read_text() == rows.read_text()
+    evals = {c[-1].split("/eval/")[1]: c for c in fake.calls if c[0] == "eval"}
+    assert sorted(evals) == ["compare/it000_valid_unseen", "sft/it000_valid_unseen"]
+    cmp = evals["compare/it000_valid_unseen"]
+    assert "model.path=old-cold-start" in cmp and "env.prompt_layout=step" in cmp
+    assert "env.prompt_layout=step" not in evals["sft/it000_valid_unseen"]
+    with pytest.raises(SystemExit):
+        parse_args(["--expert-file", str(tmp_path / "missing.jsonl")])
+    with pytest.raises(SystemExit):
+        parse_args(["--iterations", "-1"])
