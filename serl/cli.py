@@ -119,7 +119,7 @@ def _print_signal(metrics_path: Path) -> None:
     if not s["iterations_with_signal"]:
         print("serl: warning: no group carried an advantage in any iteration (every group's rollouts scored "
               "alike), so nothing was learned; train on tasks the policy sometimes wins (env.task_types, "
-              "env.max_steps, a cold start: README 'From a cold start to learning')", file=sys.stderr)
+              "env.max_steps, a cold start: docs/recipes.md 'From a cold start to learning')", file=sys.stderr)
 
 
 def check_train_data(cfg) -> None:

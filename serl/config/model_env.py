@@ -199,7 +199,7 @@ class EnvConfig:
     #: ``observation_mode`` (``text`` = WebShop's ``[SEP]`` text, the default, as verl-agent; or
     #: ``text_rich``, WebShop's marked-up mode) and ``task_prices`` (a JSON file path, or a
     #: mapping, of explicit per-task ``price_upper`` / ``price`` / ``product_prices`` (every
-    #: product's hidden price by ASIN); see the README's WebShop part)
+    #: product's hidden price by ASIN); see docs/environments/webshop.md, "Options")
     webshop: dict = field(default_factory=dict)
     #: math options (``env.name=math``), checked by ``serl.envs.math.options``: ``prompt_style``,
     #: ``scorer``, ``max_turns``, ``max_turn_tokens``, ``tool_response_max_chars``,

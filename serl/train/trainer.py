@@ -23,7 +23,7 @@ processes                           :mod:`serl.train.distributed`
 evaluation                          :mod:`serl.train.evaluate`
 ==================================  =====================================================
 
-Departures from the original, all documented in README "Deviations": no duplicated padding
+Departures from the original, all documented in docs/concepts/serl.md ("Deviations"): no duplicated padding
 rows, action masks on sampled ids, teacher-prompt truncation keeps the chat template's end,
 the teacher and λ schedule are checkpointed, and the old log-probs of the first mini-batch
 are the detached current log-probs (exact: no parameter has changed yet), which saves one
@@ -117,8 +117,9 @@ class Trainer:
         rollout, scorer, update, serl: the phases (``serl`` None when SERL is off).
 
     Raises:
-        serl.models.loading.ModelLoadError, serl.envs.base.EnvError, ConfigError, CheckpointError,
-        SerlError (the run folder is locked by another process): at start-up.
+        SerlError: at start-up: :class:`~serl.errors.ModelLoadError`, :class:`~serl.errors.EnvError`,
+            :class:`~serl.errors.ConfigError`, :class:`~serl.errors.CheckpointError`, or a
+            :class:`~serl.errors.SerlError` when the run folder is locked by another process.
     """
 
     def __init__(self, cfg: Config, run_dir: Optional[Path] = None, resume: bool = False):

@@ -86,8 +86,8 @@ def read_task_prices(spec: Union[str, os.PathLike, dict, None],
         {asin: float}}}``, task ids as strings.
 
     Raises:
-        ``error`` (:class:`ConfigError` by default): an unreadable file, bad JSON, a value that is
-        not such a mapping, an unknown key, a bad number, naming the task id and the ASIN.
+        SerlError: ``error`` (:class:`ConfigError` by default) on an unreadable file, bad JSON, a
+            value that is not such a mapping, an unknown key, a bad number, naming the task id and the ASIN.
     """
     if spec is None:
         return {}
