@@ -456,6 +456,11 @@ class ExpertSummary:
                 "mean_task_score": self.task_score_sum / max(1, self.tasks), "kept_by_type": self.kept_by_type}
 
 
+def is_kept(ep: ExpertEpisode, min_score: float) -> bool:
+    """Whether :func:`collect_expert` keeps an episode: its ``task_score >= min_score`` and it has rows."""
+    return ep.task_score >= min_score and bool(ep.rows)
+
+
 def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int, max_prompt_length: int,
                    max_steps: int, seed: int = 0, min_score: float = 1.0,
                    on_episode: Optional[Callable[[ExpertEpisode, ExpertSummary], None]] = None,
@@ -492,7 +497,7 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
         summary.gave_up += ep.gave_up
         summary.task_score_sum += ep.task_score
         summary.plan_lengths.setdefault(task.task_type, []).append(ep.steps)
-        if ep.task_score >= min_score and ep.rows:
+        if is_kept(ep, min_score):
             summary.kept += 1
             summary.rows += len(ep.rows)
             summary.kept_by_type[task.task_type] = summary.kept_by_type.get(task.task_type, 0) + 1
