@@ -221,6 +221,65 @@ def paired_table(workdir: Path, algos, seeds, splits, ends: dict[str, int], held
     return lines
 
 
+def _panel_rows(workdir: Path, policy: str, label: str) -> list[dict]:
+    """One start panel's per-task lines (``tasks.jsonl``) with their ``actions`` joined in from
+    ``actions.jsonl`` (a GPU lease's) or ``trajectories.jsonl`` when either is there."""
+    d = workdir / "eval" / policy / f"it000_{label}"
+    if not (d / "tasks.jsonl").exists():
+        return []
+    rows = [json.loads(x) for x in (d / "tasks.jsonl").read_text().split("\n") if x.strip()]
+    src = d / "actions.jsonl" if (d / "actions.jsonl").exists() else d / "trajectories.jsonl"
+    if src.exists():
+        acts = [json.loads(x) for x in src.read_text().split("\n") if x.strip()]
+        acts = [a["actions"] if "actions" in a else [s["action"] for s in a["steps"]] for a in acts]
+        if len(acts) == len(rows):
+            for r, a in zip(rows, acts):
+                r["actions"] = a
+    return rows
+
+
+def is_loop(actions: list[str]) -> bool:
+    """A lost episode counted as a loop: at least 6 steps with at most 3 distinct actions."""
+    return len(actions) >= 6 and len(set(actions)) <= 3
+
+
+def start_table(workdir: Path, splits: list[str]) -> list[str]:
+    """The start policies (the SFT start, and ``--compare-model`` as ``compare``) on every panel
+    split: games won, success per task type, mean steps of the won games, loops among the lost
+    (:func:`is_loop`); then the SFT start against ``compare`` paired game by game (exact McNemar,
+    :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
+    names = {"sft": "SFT start", "compare": "compared model"}
+    panels = {(p, x): _panel_rows(workdir, p, x) for p in names for x in splits}
+    panels = {k: v for k, v in panels.items() if v}
+    if not panels:
+        return []
+    types = sorted({r.get("task_type", "") for v in panels.values() for r in v})
+    lines = ["| policy | split | won | " + " | ".join(types) + " | steps to win | loops / lost |",
+             "|---|---|---|" + "---|" * len(types) + "---|---|"]
+    for (p, x), rows in panels.items():
+        won = [r for r in rows if r["won"]]
+        per = [f"{sum(r['won'] for r in rows if r.get('task_type') == t)}/{sum(r.get('task_type') == t for r in rows)}"
+               for t in types]
+        lost = [r for r in rows if not r["won"]]
+        loops = f"{sum(is_loop(r['actions']) for r in lost)}/{len(lost)}" if all("actions" in r for r in lost) else "—"
+        steps = f"{statistics.mean(r['length'] for r in won):.1f}" if won else "—"
+        lines.append(f"| {names[p]} | {x} | {len(won)}/{len(rows)} | " + " | ".join(per) + f" | {steps} | {loops} |")
+    pairs, total = [], [0, 0]
+    for x in splits:
+        a, b = ({r["task_id"]: r["won"] for r in panels.get((p, x), [])} for p in ("sft", "compare"))
+        both = [t for t in a if t in b]
+        if both:
+            only_sft, only_cmp = sum(a[t] and not b[t] for t in both), sum(b[t] and not a[t] for t in both)
+            total = [total[0] + only_sft, total[1] + only_cmp]
+            pairs.append(f"| {x} ({len(both)}) | {only_sft} | {only_cmp} | {mcnemar_p(only_sft, only_cmp):.2g} |")
+    if pairs:
+        lines += ["", "| panel | only the SFT start wins | only the compared model wins | McNemar p |", "|---|---|---|---|",
+                  *pairs]
+        if len(pairs) > 1:
+            lines.append(f"| pooled | {total[0]} | {total[1]} | {mcnemar_p(*total):.2g} |")
+    return lines
+
+
 def signal_table(train, algos, seeds, env: str = "alfworld") -> list[str]:
     """Per iteration: fraction of groups with a non-zero advantage, training success and valid-action
     ratio, each the mean over seeds, and where SERL's teacher scored tokens its weights W (mean
@@ -290,6 +349,7 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
     table = final_table(evals, args.algos, args.seeds, args.splits, ends, "webshop" if ws else "alfworld")
     held_out = [x for x in args.splits if x != "train"]  # a train-split panel is the RL games themselves
     paired = paired_table(workdir, args.algos, args.seeds, args.splits, ends, held_out)
+    start = start_table(workdir, args.splits)
     machine = (workdir / "machine.txt").read_text().strip() if (workdir / "machine.txt").exists() else (
         f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"dtype {pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU)")
@@ -308,6 +368,7 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
         f"{getattr(args, 'smooth_window', 1)} iterations, then the mean over seeds; band: min–max over seeds. "
         "Right: panel success averaged over the panel's splits, mean over seeds, band ± std; iteration 0 is the "
         "shared SFT start.", "",
+        *(["## The start policies on the panel", "", *start, ""] if start else []),
         "## Paired per game: each run's end vs the SFT start", "",
         "A `train` panel holds the RL runs' own games (a fixed pool); the other splits are held out.", "",
         *paired, "",

@@ -677,3 +677,26 @@ def test_alfworld_cold_start_alone_from_an_expert_file_with_a_compared_policy(tm
         parse_args(["--expert-file", str(tmp_path / "missing.jsonl")])
     with pytest.raises(SystemExit):
         parse_args(["--iterations", "-1"])
+
+
+def test_alfworld_report_start_policies_by_hand(tmp_path):
+    """The start table: wins per task type, steps to win, loops among the lost (from actions.jsonl),
+    and the SFT start against the compared model game by game."""
+    from learning_report import is_loop, start_table
+
+    def panel(policy, won, types, lengths, actions):
+        out = tmp_path / "eval" / policy / "it000_valid_unseen"
+        out.mkdir(parents=True)
+        (out / "tasks.jsonl").write_text("".join(json.dumps({"task_id": f"g{i}", "won": w, "task_type": t, "length": n})
+                                                 + "\n" for i, (w, t, n) in enumerate(zip(won, types, lengths))))
+        (out / "actions.jsonl").write_text("".join(json.dumps({"actions": a}) + "\n" for a in actions))
+
+    loop, wander = ["go to a", "take x from a"] * 3, [f"go to r{i}" for i in range(6)]
+    panel("sft", [True, True, False, False], ["a", "b", "a", "b"], [4, 6, 6, 6], [["x"] * 4, ["y"] * 6, loop, wander])
+    panel("compare", [False, True, False, False], ["a", "b", "a", "b"], [6, 8, 6, 6], [loop, ["y"] * 8, loop, loop])
+    assert is_loop(loop) and not is_loop(wander) and not is_loop(["a"] * 5)
+    lines = start_table(tmp_path, ["valid_unseen"])
+    assert lines[2] == "| SFT start | valid_unseen | 2/4 | 1/2 | 1/2 | 5.0 | 1/2 |"
+    assert lines[3] == "| compared model | valid_unseen | 1/4 | 0/2 | 1/2 | 8.0 | 3/3 |"
+    assert lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"  # one game only the SFT start wins: McNemar p = 1
+    assert start_table(tmp_path, ["valid_seen"]) == []
