@@ -1,4 +1,4 @@
-"""benchmarks/alfworld_sft_size_report.py: loop detection and the table, on synthetic results checked
+"""experiments/alfworld_sft_size_report.py: loop detection and the table, on synthetic results checked
 by hand (no model, no GPU)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # the scripts import their siblings by name
+sys.path.insert(0, str(REPO_ROOT / "experiments"))  # the scripts import their siblings by name
 
 import alfworld_sft_size_report as rep  # noqa: E402
 

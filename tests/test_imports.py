@@ -19,6 +19,7 @@ import pytest
 from import_graph import benchmark_import_cycles
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 #: Layers from the top of the data flow down (environment -> rollout -> trajectories ->
 #: advantages/weights -> update): a module may import its own layer's modules and those of the
@@ -26,6 +27,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 #: leaves that anyone may import.
 LAYERS = [
     "serl.cli",
+    "serl.cli_data",
     "serl.report",
     "serl.train",
     "serl.models",
@@ -84,8 +86,9 @@ def test_the_cycle_check_sees_type_checking_imports(tmp_path, monkeypatch):
     assert not _cycles(grimp.build_graph("circ_pkg", exclude_type_checking_imports=True))
 
 
-def test_no_import_cycles_among_the_benchmark_scripts():
-    assert not benchmark_import_cycles(BENCHMARKS), benchmark_import_cycles(BENCHMARKS)
+def test_no_import_cycles_among_the_benchmark_and_experiment_scripts():
+    for folder in (BENCHMARKS, EXPERIMENTS):
+        assert not benchmark_import_cycles(folder), benchmark_import_cycles(folder)
 
 
 def test_data_flows_one_way(graph):

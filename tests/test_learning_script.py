@@ -1,4 +1,4 @@
-"""benchmarks/learning.py runs end to end on the tiny model: expert rows from the shipped fixture,
+"""experiments/learning.py runs end to end on the tiny model: expert rows from the shipped fixture,
 SFT (LoRA), panel evaluation at the SFT start, 1 seed x 1 iteration of GRPO and of SERL with a
 panel evaluation after it, and the report (LEARNING.md with its tables, and the PNG plot). The math
 leg without a model: its options, the command lines of its phases (``Experiment.serl`` replaced by a
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))  # the scripts import their siblings by name
+sys.path.insert(0, str(REPO_ROOT / "experiments"))  # the scripts import their siblings by name
 
 import learning  # noqa: E402
 import learning_math_report as lmr  # noqa: E402
@@ -27,7 +27,7 @@ def test_learning_script_end_to_end_on_the_tiny_model(tiny_model_dir, tmp_path):
     work = tmp_path / "learning"
     small = [f"model.path={tiny_model_dir}", "data.max_response_length=8", "env.max_steps=2",
              "trainer.progress=false", "rollout.micro_batch_size=4"]
-    cmd = [sys.executable, str(REPO_ROOT / "benchmarks" / "learning.py"), "--workdir", str(work),
+    cmd = [sys.executable, str(REPO_ROOT / "experiments" / "learning.py"), "--workdir", str(work),
            "--expert-tasks", "2", "--seeds", "0", "--iterations", "1", "--eval-every", "1",
            "--panel-per-type", "1", "--splits", "valid_unseen", "--algos", "grpo", "serl",
            "--override", *small, "--sft-override", "sft.max_steps=2", "sft.batch_size=2"]
@@ -64,7 +64,7 @@ def test_learning_script_webshop_leg_on_the_tiny_model(tiny_model_dir, tmp_path)
     work = tmp_path / "learning_webshop"
     small = [f"model.path={tiny_model_dir}", "data.max_response_length=8", "env.max_steps=2",
              "trainer.progress=false", "rollout.micro_batch_size=4"]
-    cmd = [sys.executable, str(REPO_ROOT / "benchmarks" / "learning.py"), "--env", "webshop", "--workdir", str(work),
+    cmd = [sys.executable, str(REPO_ROOT / "experiments" / "learning.py"), "--env", "webshop", "--workdir", str(work),
            "--expert-tasks", "2", "--seeds", "0", "--iterations", "1", "--eval-every", "1", "--panel-size", "2",
            "--algos", "grpo", "serl", "--override", *small, "--sft-override", "sft.max_steps=1", "sft.batch_size=2"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
@@ -402,14 +402,14 @@ def test_math_report_script_rewrites_a_partial_workdir(tmp_path):
     work = tmp_path / "w"
     _synthetic_math_workdir(work)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    r = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "learning_report.py"), "--env", "math",
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "experiments" / "learning_report.py"), "--env", "math",
                         "--workdir", str(work), "--iterations", "4", "--eval-every", "2", "--algos", "grpo", "serl",
                         "--report-md", str(tmp_path / "out.md"), "--report-png", str(tmp_path / "out.png")],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     md = (tmp_path / "out.md").read_text()
     assert md.startswith("# Learning experiment: math") and r.stderr == ""
-    assert "Command: `python benchmarks/learning_report.py --env math --workdir " in md  # the script that ran
+    assert "Command: `python experiments/learning_report.py --env math --workdir " in md  # the script that ran
     assert (tmp_path / "out.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from conftest import REPO_ROOT
 
-SCRIPTS = sorted(p for d in ("benchmarks", "recipes", "scripts") for p in (REPO_ROOT / d).glob("*.sh"))
+SCRIPTS = sorted(p for d in ("benchmarks", "experiments", "recipes", "scripts") for p in (REPO_ROOT / d).glob("*.sh"))
 
 
 def test_there_are_scripts_to_check():

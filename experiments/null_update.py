@@ -7,7 +7,7 @@ update with its direction randomised. This script copies the latest checkpoint o
 flipped at random and each layer rescaled so that the update ``ΔW = B·A`` keeps its Frobenius
 norm (``A``, as trained, is kept; the LoRA scale α/r is the same factor on both sides). Then evaluate both folders on one panel::
 
-    python benchmarks/null_update.py RUN OUT --seed 1
+    python experiments/null_update.py RUN OUT --seed 1
     serl eval --run OUT --split gsm8k:test --num-tasks -1 --greedy --seed 1000 --out OUT/eval
 
 and pair each with the start (``learning_stats.mcnemar_p``): the random direction's discordant

@@ -2,7 +2,7 @@
 writes every leg's report, ``learning_math_report.py``, the math leg's sections, and
 ``alfworld_sft_size_report.py``).
 
-The readers take the work folder of ``benchmarks/learning.py``: ``eval/<policy>/it<NNN>_<label>/``
+The readers take the work folder of ``experiments/learning.py``: ``eval/<policy>/it<NNN>_<label>/``
 (``metrics.json``, ``tasks.jsonl``: one panel evaluation of ``serl eval``; ``label`` is the split,
 or for math ``<split>_greedy`` / ``<split>_avg<k>``) and ``rl/<algo>_s<seed>/metrics.jsonl`` (one
 ``serl train`` run). Imports nothing but the standard library.

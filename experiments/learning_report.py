@@ -1,10 +1,10 @@
-"""LEARNING.md and learning.png from the outputs of ``benchmarks/learning.py`` (see its docstring).
+"""LEARNING.md and learning.png from the outputs of ``experiments/learning.py`` (see its docstring).
 
 Reads ``<workdir>/eval/<policy>/it<NNN>_<split>/{metrics.json,trajectories.jsonl}`` (panel
 evaluations), ``<workdir>/rl/<algo>_s<seed>/metrics.jsonl`` (training metrics) and
 ``<workdir>/phases.json`` (wall time per phase), and ``<workdir>/NOTES.md`` (the findings, written
 by hand, shown at the top) if it exists; writes ``LEARNING.md`` and ``learning.png``
-into the workdir, or where ``--report-md`` / ``--report-png`` say. ``python benchmarks/learning_report.py --workdir DIR`` rewrites them
+into the workdir, or where ``--report-md`` / ``--report-png`` say. ``python experiments/learning_report.py --workdir DIR`` rewrites them
 from whatever runs have finished so far.
 
 The one report generator of every leg (the same options as ``learning.py``): ``--env alfworld``

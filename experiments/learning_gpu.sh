@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# benchmarks/learning.py on a lent GPU machine that has no package registry, in one call under a
+# experiments/learning.py on a lent GPU machine that has no package registry, in one call under a
 # time budget; any leg of the harness is a configuration of it (learning.py's options):
 #
-#   bash benchmarks/learning_gpu.sh BUDGET_SECONDS DATA_TAR WORKDIR [learning.py options ...]
+#   bash experiments/learning_gpu.sh BUDGET_SECONDS DATA_TAR WORKDIR [learning.py options ...]
 #
 # What must have travelled with the call (ignored folders, see the README's device notes):
 #   .whl/           serl's dependencies that the machine lacks, as wheels for its Python (installed
@@ -25,7 +25,7 @@
 #
 # Before the lease, here (with pip's registry and serl installed), make those folders in one step:
 #
-#   bash benchmarks/learning_gpu.sh --prepare DATA_ROOT PATH ...
+#   bash experiments/learning_gpu.sh --prepare DATA_ROOT PATH ...
 #
 # writes .whl/ (the wheels of PREPARE_WHEELS at the versions installed here, for the GPU image's
 # Python 3.12), the GGUF in 40 MiB parts .p1/ .p2/ .p3/ and .lease/data.tar.xz (the PATHs, relative to
@@ -53,7 +53,7 @@ if [ "${1:-}" = "--prepare" ]; then
   echo "calls, back to back (the machine goes back after 30 s idle):"
   echo "  1. carry [.whl, .p3]: mkdir -p /tmp/gguf_parts && cp .p3/gguf.* /tmp/gguf_parts/ && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/deps .whl/*.whl"
   echo "  2. carry [.p1]: mkdir -p /tmp/gguf_parts && cp .p1/gguf.* /tmp/gguf_parts/"
-  echo "  3. carry [.p2, .lease]: WHEELS= PYTHONPATH=/tmp/deps bash benchmarks/learning_gpu.sh BUDGET .lease/data.tar.xz /tmp/w OPTIONS"
+  echo "  3. carry [.p2, .lease]: WHEELS= PYTHONPATH=/tmp/deps bash experiments/learning_gpu.sh BUDGET .lease/data.tar.xz /tmp/w OPTIONS"
   exit 0
 fi
 BUDGET=$1; DATA_TAR=$2; W=$3; shift 3
@@ -78,7 +78,7 @@ source "$(dirname "$0")/gpu_env.sh"
 mkdir -p "$W/run" && paste -sd';' "$W/logs/gpu.txt" | sed 's/;/; /g' > "$W/run/machine.txt"  # the report's Machine line
 left=$(( BUDGET - ($(date +%s) - start) - 15 ))
 echo "learning_gpu.sh: setup took $(( $(date +%s) - start )) s; learning.py gets ${left} s"
-timeout -s TERM -k 30 "$left" python3 benchmarks/learning.py --workdir "$W/run" "$@" 2>&1 | tee "$W/logs/learning.txt"
+timeout -s TERM -k 30 "$left" python3 experiments/learning.py --workdir "$W/run" "$@" 2>&1 | tee "$W/logs/learning.txt"
 echo "learning_gpu.sh: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$W/logs/gpu.txt"
 # each panel's actions (actions.jsonl), so that trajectories.jsonl (token ids of every prompt: too
 # large to come back from a conversation-layout panel) can stay behind

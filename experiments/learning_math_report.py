@@ -1,5 +1,5 @@
 """The math leg's report (``LEARNING_math.md``) and plot (``learning_math.png``) from the files of
-``benchmarks/learning.py --env math`` (see its docstring).
+``experiments/learning.py --env math`` (see its docstring).
 
 Reads, all from the work folder: ``phases.json`` (wall time per phase), ``start.json`` (the RL
 start: expert + SFT or ``--sft-model``), ``expert.jsonl`` / ``expert_pool.jsonl`` (row counts),
@@ -25,7 +25,7 @@ The keys read:
   ``serl_action_mask/empty_target_batch`` is below 1 (otherwise the teacher scored no token and
   the weights are the placeholder 1; see :func:`learning_stats.serl_weight_stats` for the partly scored ones).
 
-``python benchmarks/learning_report.py --env math --workdir DIR`` (or this file, with the same
+``python experiments/learning_report.py --env math --workdir DIR`` (or this file, with the same
 options) rewrites both files of a partial experiment.
 """
 

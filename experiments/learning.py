@@ -20,7 +20,7 @@ Phases (each one resumable: a finished phase is skipped, an interrupted run cont
 
 Run on this repository's CPU scale (see LEARNING.md for the figures it produced)::
 
-    python benchmarks/learning.py --data-dir ../shared/data/alfworld --workdir runs/learning
+    python experiments/learning.py --data-dir ../shared/data/alfworld --workdir runs/learning
 
 Everything the script runs is a ``serl`` command printed before it runs; its outputs stay in
 ``--workdir`` (``expert.jsonl``, ``sft/``, ``rl/<algo>_s<seed>/``, ``eval/…/metrics.json``,
@@ -35,13 +35,13 @@ trains on a fixed pool of the 32 train games that follow the 200 its SFT used in
 ``--jobs N`` runs the runs of a chunk (and the start panels) side by side, ``--train-seconds S``
 stops each ``serl train`` call after S s and evaluates its last checkpoint (a re-run resumes it)::
 
-    python benchmarks/learning.py --workdir runs/alfworld_rl --sft-model smollm2-135m-alfworld-sft \
+    python experiments/learning.py --workdir runs/alfworld_rl --sft-model smollm2-135m-alfworld-sft \
         --data-dir ALFWORLD_DATA --train-pool 200:32 --splits train valid_seen valid_unseen \
         --panel-per-type -1 --panel-decoding greedy --seeds 0 --iterations 10 --eval-every 5 \
         --override rollout.micro_batch_size=16 \
         --train-override data.train_batch_size=4 env.rollout.n=4 actor.lr=3e-5
 
-On a lent GPU the same command runs through ``benchmarks/learning_gpu.sh`` (its header says what
+On a lent GPU the same command runs through ``experiments/learning_gpu.sh`` (its header says what
 must travel with the call).
 
 **WebShop** (``--env webshop``; the default is ``alfworld``, above): the same phases in their own
@@ -53,7 +53,7 @@ takes the first k goals in goal order; their hidden prices are fixed by ``env.we
 WebShop episode is a success when its purchase scores exactly 1.0; the report also gives the mean
 score in [0, 1] (WebShop's own metric, ``webshop_task_score`` of ``serl eval``)::
 
-    python benchmarks/learning.py --env webshop --workdir runs/learning_webshop \
+    python experiments/learning.py --env webshop --workdir runs/learning_webshop \
         --report-md LEARNING_webshop.md --report-png docs/learning_webshop.png
 
 Estimated cost of the WebShop defaults on the 2-core machine of LEARNING.md (idle), scaled by token
@@ -89,10 +89,10 @@ prompt tokens per iteration, to check this estimate.
    SFT start, and every run at every ``--eval-every`` iterations;
 5. ``report`` — :func:`learning_report.write_report`, whose math sections are
    :mod:`learning_math_report` (table, per-step signal, plot, significance tests,
-   example trajectories); ``python benchmarks/learning_report.py --env math --workdir DIR``
+   example trajectories); ``python experiments/learning_report.py --env math --workdir DIR``
    rewrites it from the files of a partial experiment::
 
-    python benchmarks/learning.py --env math
+    python experiments/learning.py --env math
 
 Its cost on the 2-core machine (docs/math.md, BENCHMARKS.md: ≈ 18.6 SFT-policy trajectories/min
 at rollout) is dominated by the panel: one evaluation point is 128 greedy + 128 × 4 sampled

@@ -3,13 +3,13 @@
 # `serl sft` (the recipe of the shipped `smollm2-135m-math-sft`: LoRA r = 8, alpha 32, lr 5e-4,
 # 8-row steps, cosine, 1 epoch) from SmolLM2-135M-Instruct on the first N rows of an expert pool
 # (`serl data expert math --split gsm8k:train`), for each N in SIZES, plus one full fine-tuning on
-# the largest N (lr 5e-5, the full-FT default of benchmarks/learning.py); all side by side, one
+# the largest N (lr 5e-5, the full-FT default of experiments/learning.py); all side by side, one
 # process each. Then, for each of them and the shipped cold start, the greedy panel (first PANEL of
 # GSM8K test, one chunk) and, as far as the time allows, the sampled panel at the training
 # rollout's distribution (first AVG_PANEL of GSM8K test, temperature 1, top-p 1, SAMPLES per
 # problem: avg@k, pass@k and how often a group of SAMPLES has a non-zero GRPO advantage).
 #
-#   bash benchmarks/math_sft_size_gpu.sh GGUF POOL WORKDIR BUDGET_SECONDS [OUT]
+#   bash experiments/math_sft_size_gpu.sh GGUF POOL WORKDIR BUDGET_SECONDS [OUT]
 #
 # GGUF: SmolLM2-135M-Instruct.Q4_1.gguf (see gpu_env.sh). POOL: the expert rows (JSONL, in the
 # order the subsets are taken from). BUDGET_SECONDS caps the whole script: what has not finished by

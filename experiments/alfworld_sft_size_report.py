@@ -1,9 +1,9 @@
-"""The table of ``benchmarks/alfworld_sft_size_gpu.sh``'s results: for each cold start (the shipped
+"""The table of ``experiments/alfworld_sft_size_gpu.sh``'s results: for each cold start (the shipped
 adapter and an SFT on the first N expert games), its SFT size and loss, and its panel wins per split,
 greedy and sampled, with how often a lost episode loops, and an exact McNemar test of its greedy wins
 against the shipped adapter's on the same games.
 
-    python benchmarks/alfworld_sft_size_report.py RESULTS_DIR [--md OUT.md]
+    python experiments/alfworld_sft_size_report.py RESULTS_DIR [--md OUT.md]
 
 RESULTS_DIR is the unpacked ``results.tar.gz`` (``eval/<model>_<greedy|sampled>_<split>/`` with
 ``tasks.jsonl`` and ``actions.jsonl``; ``sft/games_<N>/`` with ``metrics.jsonl`` and

@@ -1,5 +1,5 @@
-"""The command line of the learning experiment, shared by ``benchmarks/learning.py``,
-``benchmarks/learning_report.py`` and ``benchmarks/learning_math_report.py``.
+"""The command line of the learning experiment, shared by ``experiments/learning.py``,
+``experiments/learning_report.py`` and ``experiments/learning_math_report.py``.
 
 Holds the options (:func:`parse_args`, with the per-env defaults :data:`ENV_DEFAULTS`) and the
 algorithms compared per env (:data:`ALGOS` for ALFWorld / WebShop, :data:`MATH_ALGOS` for math;
@@ -103,11 +103,11 @@ def split_description(split: str, panel_size: int) -> str:
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """The command that wrote a report, as a user re-runs it: ``python benchmarks/<script> <args>``,
+    """The command that wrote a report, as a user re-runs it: ``python experiments/<script> <args>``,
     the script that ran (``learning.py``, or ``learning_report.py`` rewriting a report) with its
     own arguments, shell-quoted (``argv``: default ``sys.argv``)."""
     argv = sys.argv if argv is None else argv
-    return f"python benchmarks/{Path(argv[0]).name} {shlex.join(argv[1:])}"
+    return f"python experiments/{Path(argv[0]).name} {shlex.join(argv[1:])}"
 
 
 def panel_labels(args: argparse.Namespace, iteration: int | None = None) -> list[tuple[str, str, str]]:
@@ -145,7 +145,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The options of ``learning.py`` / ``learning_report.py`` (``argv``: default ``sys.argv[1:]``),
     the options left unset filled from :data:`ENV_DEFAULTS` for ``--env``; ``sft_defaults`` (not an
     option) holds the env's SFT overrides that go before ``--sft-override``."""
-    p = argparse.ArgumentParser(description=DESCRIPTION)
+    # a leg is a file of options: `learning.py @experiments/legs/NAME.args` (shell words, # comments);
+    # options after it add to its --*-override lists or override its other options
+    p = argparse.ArgumentParser(description=DESCRIPTION, fromfile_prefix_chars="@")
+    p.convert_arg_line_to_args = lambda line: [] if line.lstrip().startswith("#") else shlex.split(line)
     p.add_argument("--env", default="alfworld", choices=sorted(ENV_DEFAULTS),
                    help="which leg; sets the defaults of --workdir --recipe --expert-tasks --iterations "
                         "--eval-every --splits --algos --lora-r --panel-size --base-eval (ENV_DEFAULTS)")
@@ -209,7 +212,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                "(webshop), gsm8k:test (math)")
     p.add_argument("--compare-model", help="model.path of another policy evaluated on the same start panels (policy "
                    "label `compare`), e.g. an older cold start, for a paired comparison with the SFT start")
-    p.add_argument("--compare-override", nargs="*", default=[],
+    p.add_argument("--compare-override", nargs="*", action="extend", default=[],
                    help="key=value for the --compare-model panels only (after --override), e.g. env.prompt_layout=step")
     p.add_argument("--eval-seed", type=int, default=1000)
     p.add_argument("--smooth-window", type=int, default=5,
@@ -217,10 +220,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "the block size of the per-step signal table")
     p.add_argument("--report-md", help="where the report goes (default: LEARNING.md in --workdir; math: LEARNING_math.md)")
     p.add_argument("--report-png", help="where the plot goes (default: learning.png in --workdir; math: learning_math.png)")
-    p.add_argument("--override", nargs="*", default=[], help="key=value for every serl command")
-    p.add_argument("--sft-override", nargs="*", default=[], help="key=value for serl sft only (after the env's "
+    p.add_argument("--override", nargs="*", action="extend", default=[], help="key=value for every serl command")
+    p.add_argument("--sft-override", nargs="*", action="extend", default=[], help="key=value for serl sft only (after the env's "
                                                                   "defaults: math " + " ".join(MATH_SFT_DEFAULTS) + ")")
-    p.add_argument("--train-override", nargs="*", default=[], help="key=value for serl train only")
+    p.add_argument("--train-override", nargs="*", action="extend", default=[], help="key=value for serl train only")
     a = p.parse_args(argv)
     for k, v in ENV_DEFAULTS[a.env].items():
         if getattr(a, k, None) is None:

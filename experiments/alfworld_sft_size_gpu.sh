@@ -7,7 +7,7 @@
 # types on valid_seen and valid_unseen, greedy, and as far as the time allows sampled at the
 # recipe's rollout.val_temperature (0.4, seed 1000), with env.max_steps=MAX_STEPS.
 #
-#   bash benchmarks/alfworld_sft_size_gpu.sh GGUF POOL DATA WORKDIR BUDGET_SECONDS [OUT]
+#   bash experiments/alfworld_sft_size_gpu.sh GGUF POOL DATA WORKDIR BUDGET_SECONDS [OUT]
 #
 # GGUF: SmolLM2-135M-Instruct.Q4_1.gguf (see gpu_env.sh). POOL: the expert rows, e.g.
 #   serl data expert alfworld "env.task_types=[look_at_obj_in_light,pick_and_place_simple]" recipe=cpu_learn \
@@ -21,7 +21,7 @@
 # (default 8, the recipe's), DEVICE (default cuda), WORKERS (env worker processes per panel, default
 # 4), PANEL_TASKS (games per split, default -1: all), DECODINGS (default "greedy sampled"), EXTRA
 # (overrides appended to every command, e.g. a smoke test's sft.max_steps=2).
-# benchmarks/alfworld_sft_size_report.py makes the table. On one H200 the all-games run (1,099 steps)
+# experiments/alfworld_sft_size_report.py makes the table. On one H200 the all-games run (1,099 steps)
 # took 0.45 s per step beside two other runs and did not finish in SFT_SECONDS=250; alone, try
 # GAMES=all DECODINGS=greedy SFT_SECONDS=470 with a BUDGET of 580 (not measured yet).
 set -u
