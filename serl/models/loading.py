@@ -168,6 +168,7 @@ def convert_gguf(gguf: Path, name: str) -> Path:
 
 #: model aliases that are a base alias with a shipped adapter merged in: alias -> (base, adapter)
 MERGED_ALIASES = {"smollm2-135m-alfworld-sft": (SMOLLM2_ALIAS, "smollm2-135m-alfworld-sft"),
+                  "smollm2-135m-alfworld-conv-sft": (SMOLLM2_ALIAS, "smollm2-135m-alfworld-conv-sft"),
                   "smollm2-135m-math-sft": (SMOLLM2_ALIAS, "smollm2-135m-math-sft")}
 
 
@@ -208,7 +209,8 @@ def resolve_model_path(path: str, gguf_file: str | None = None) -> str:
             a ``serl train`` run folder (its latest checkpoint's policy, LoRA merged:
             :func:`run_model_once`),
             ``smollm2-135m-alfworld-sft`` (the same with serl's shipped ALFWorld expert cold-start
-            adapter merged in; :data:`MERGED_ALIASES`), ``smollm2-135m-math-sft`` (the same with the
+            adapter merged in; :data:`MERGED_ALIASES`), ``smollm2-135m-alfworld-conv-sft`` (the
+            same for ``env.prompt_layout=conversation``, all six task types), ``smollm2-135m-math-sft`` (the same with the
             shipped GSM8K code-interpreter cold start), a folder, a ``.gguf`` file, or a hub id.
         gguf_file: a GGUF name inside ``path`` (converted and cached like the alias).
 
