@@ -455,6 +455,19 @@ class ExpertSummary:
                 "gave_up": self.gave_up, "success_fraction": self.won / max(1, self.tasks),
                 "mean_task_score": self.task_score_sum / max(1, self.tasks), "kept_by_type": self.kept_by_type}
 
+    def add(self, task_type: str, won: bool, gave_up: bool, task_score: float, steps: int,
+            kept_rows: Optional[list[dict[str, Any]]]) -> None:
+        """Count one episode; ``kept_rows`` is None when it was not kept."""
+        self.tasks += 1
+        self.won += won
+        self.gave_up += gave_up
+        self.task_score_sum += task_score
+        self.plan_lengths.setdefault(task_type, []).append(steps)
+        if kept_rows is not None:
+            self.kept += 1
+            self.rows += len(kept_rows)
+            self.kept_by_type[task_type] = self.kept_by_type.get(task_type, 0) + 1
+
 
 def is_kept(ep: ExpertEpisode, min_score: float) -> bool:
     """Whether :func:`collect_expert` keeps an episode: its ``task_score >= min_score`` and it has rows."""
@@ -492,15 +505,9 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
     for task in tasks:
         ep = play_expert(env, task, make_expert(task, seed, expert), tokenizer, history_length, max_prompt_length,
                          max_steps, prompt_layout, turn_actions)
-        summary.tasks += 1
-        summary.won += ep.won
-        summary.gave_up += ep.gave_up
-        summary.task_score_sum += ep.task_score
-        summary.plan_lengths.setdefault(task.task_type, []).append(ep.steps)
-        if is_kept(ep, min_score):
-            summary.kept += 1
-            summary.rows += len(ep.rows)
-            summary.kept_by_type[task.task_type] = summary.kept_by_type.get(task.task_type, 0) + 1
+        kept = is_kept(ep, min_score)
+        summary.add(task.task_type, ep.won, ep.gave_up, ep.task_score, ep.steps, ep.rows if kept else None)
+        if kept:
             rows.extend(ep.rows)
         if on_episode is not None:
             on_episode(ep, summary)

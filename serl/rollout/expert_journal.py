@@ -85,15 +85,7 @@ class ExpertJournal:
         """The counts of :func:`serl.rollout.expert.collect_expert` over every recorded episode."""
         s = ExpertSummary()
         for e in self.entries:
-            s.tasks += 1
-            s.won += e["won"]
-            s.gave_up += e["gave_up"]
-            s.task_score_sum += e["task_score"]
-            s.plan_lengths.setdefault(e["task_type"], []).append(e["steps"])
-            if e["kept"]:
-                s.kept += 1
-                s.rows += len(e["rows"])
-                s.kept_by_type[e["task_type"]] = s.kept_by_type.get(e["task_type"], 0) + 1
+            s.add(e["task_type"], e["won"], e["gave_up"], e["task_score"], e["steps"], e["rows"] if e["kept"] else None)
         return s
 
     def rows(self, task_ids: list[str]) -> list[dict[str, Any]]:
