@@ -700,3 +700,31 @@ def test_alfworld_report_start_policies_by_hand(tmp_path):
     assert lines[3] == "| compared model | valid_unseen | 1/4 | 0/2 | 1/2 | 8.0 | 3/3 |"
     assert lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"  # one game only the SFT start wins: McNemar p = 1
     assert start_table(tmp_path, ["valid_seen"]) == []
+
+
+@pytest.mark.parametrize("leg,extra,sft_settings,evals", [
+    ("alfworld_sft_size", ["--expert-tasks", "60", "--data-dir", "DATA"],
+     ["model.path=smollm2-135m-instruct", "model.lora.r=8", "sft.epochs=1", "sft.batch_size=4", "sft.lr=5e-4",
+      "sft.warmup_steps=3"],
+     {("sft", "valid_seen"), ("sft", "valid_unseen"), ("compare", "valid_seen"), ("compare", "valid_unseen")}),
+    ("math_sft_size", ["--expert-rows", "2", "--panel-size", "3"],
+     ["model.path=smollm2-135m-instruct", "model.lora.r=8", "sft.epochs=1", "sft.batch_size=8", "sft.lr=5e-4"],
+     {(p, f"gsm8k-test_{d}") for p in ("base", "sft", "compare") for d in ("greedy", "avg4")}),
+])
+def test_sft_size_legs_run_the_retired_scripts_settings(leg, extra, sft_settings, evals, tmp_path, monkeypatch):
+    """The cold-start size curves are legs now: one point = the leg plus its size; the SFT gets the
+    settings of the scripts that made the published curves (later overrides win in serl), then every
+    panel of the SFT and of the shipped cold start, greedy, and no RL."""
+    fake = FakeSerl()
+    import learning_report
+
+    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
+    a = parse_args([f"@{REPO_ROOT / 'experiments' / 'legs' / (leg + '.args')}", "--workdir", str(tmp_path / "w"), *extra])
+    _run(a, fake, monkeypatch)
+    (sft,) = [c for c in fake.calls if c[0] == "sft"]
+    kv = dict(x.split("=", 1) for x in sft if "=" in x and not x.startswith("-"))  # the last value of a key wins
+    assert [f"{k}={kv[k]}" for k in (s.split("=")[0] for s in sft_settings)] == sft_settings
+    assert not [c for c in fake.calls if c[0] == "train"]
+    got = {(Path(c[-1]).parent.name, Path(c[-1]).name.split("_", 1)[1]) for c in fake.calls if c[0] == "eval"}
+    assert got == evals
+    assert all("--greedy" in c for c in fake.calls if c[0] == "eval" and "avg" not in c[-1])

@@ -12,7 +12,7 @@ SCRIPTS = sorted(p for d in ("benchmarks", "experiments", "recipes", "scripts") 
 
 
 def test_there_are_scripts_to_check():
-    assert any(p.name == "alfworld_sft_size_gpu.sh" for p in SCRIPTS)
+    assert any(p.name == "learning_gpu.sh" for p in SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
