@@ -4,6 +4,9 @@
 #
 #   bash experiments/learning_gpu.sh BUDGET_SECONDS DATA_TAR WORKDIR [learning.py options ...]
 #
+# HARNESS=experiments/credit_assignment.py runs the credit-assignment benchmark instead (its
+# options; it gets --workdir WORKDIR/run as learning.py does).
+#
 # What must have travelled with the call (ignored folders, see the README's device notes):
 #   .whl/           serl's dependencies that the machine lacks, as wheels for its Python (installed
 #                   into WORKDIR/deps; the machine's torch, transformers, peft and accelerate are used).
@@ -78,7 +81,7 @@ source "$(dirname "$0")/gpu_env.sh"
 mkdir -p "$W/run" && paste -sd';' "$W/logs/gpu.txt" | sed 's/;/; /g' > "$W/run/machine.txt"  # the report's Machine line
 left=$(( BUDGET - ($(date +%s) - start) - 15 ))
 echo "learning_gpu.sh: setup took $(( $(date +%s) - start )) s; learning.py gets ${left} s"
-timeout -s TERM -k 30 "$left" python3 experiments/learning.py --workdir "$W/run" "$@" 2>&1 | tee "$W/logs/learning.txt"
+timeout -s TERM -k 30 "$left" python3 "${HARNESS:-experiments/learning.py}" --workdir "$W/run" "$@" 2>&1 | tee "$W/logs/learning.txt"
 echo "learning_gpu.sh: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$W/logs/gpu.txt"
 # each panel's actions (actions.jsonl), so that trajectories.jsonl (token ids of every prompt: too
 # large to come back from a conversation-layout panel) can stay behind
@@ -99,6 +102,7 @@ EOF
 if [ -n "${OUT:-}" ]; then
   (cd "$W" && tar czf "$OUT/results.tar.gz" --exclude=trajectories.jsonl logs run/phases.json run/start.json \
      run/LEARNING.md run/learning.png run/eval run/sft/metrics.jsonl run/sft/config.yaml run/sft/adapter \
-     run/rl/*/metrics.jsonl run/rl/*/config.yaml run/rl/*/env_preflight.txt 2>/dev/null)
+     run/rl/*/metrics.jsonl run/rl/*/config.yaml run/rl/*/env_preflight.txt \
+     run/args.json run/results.json run/results.md run/scores run/labels.jsonl 2>/dev/null)
   ls -la "$OUT"
 fi

@@ -1,11 +1,11 @@
 """Statistics and readers shared by the learning legs' reports (``learning_report.py``, which
-writes every leg's report, ``learning_math_report.py``, the math leg's sections, and
-``alfworld_sft_size_report.py``).
+writes every leg's report, and ``learning_math_report.py``, the math leg's sections) and by
+``credit_assignment.py`` (:func:`auc`, :func:`cluster_bootstrap`).
 
 The readers take the work folder of ``experiments/learning.py``: ``eval/<policy>/it<NNN>_<label>/``
 (``metrics.json``, ``tasks.jsonl``: one panel evaluation of ``serl eval``; ``label`` is the split,
 or for math ``<split>_greedy`` / ``<split>_avg<k>``) and ``rl/<algo>_s<seed>/metrics.jsonl`` (one
-``serl train`` run). Imports nothing but the standard library.
+``serl train`` run). Imports nothing but the standard library (and numpy inside :func:`auc`).
 """
 
 from __future__ import annotations
@@ -197,3 +197,43 @@ def run_ends(evals, runs: list[str], labels: list[str]) -> dict[str, int]:
         if its:
             out[run] = max(its)
     return out
+
+
+def auc(scores: list[float], labels: list[bool]) -> float:
+    """Area under the ROC curve of ``scores`` for the positive ``labels``: the probability that a
+    random positive scores above a random negative, ties counting one half (the Mann–Whitney U
+    statistic over n₊·n₋; Hanley & McNeil 1982). NaN when either class is empty."""
+    import numpy as np
+
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
+    mid_rank = np.cumsum(counts) - (counts - 1) / 2.0  # 1-based average rank of each distinct value
+    rank_sum = mid_rank[inverse][y].sum()
+    return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def cluster_bootstrap(stat, clusters: list[list[Any]], draws: int = 1000, seed: int = 0,
+                      level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of ``stat(items)`` when whole ``clusters`` of items (e.g. the steps of
+    one episode) are resampled with replacement ``draws`` times (Efron & Tibshirani 1993, §6;
+    resampling clusters keeps the steps of an episode together). Draws where ``stat`` is NaN are
+    dropped; ``(nan, nan)`` when all are."""
+    import math
+    import random
+
+    rng = random.Random(seed)
+    vals = []
+    for _ in range(draws):
+        items = [x for c in rng.choices(clusters, k=len(clusters)) for x in c]
+        v = stat(items)
+        if not math.isnan(v):
+            vals.append(v)
+    if not vals:
+        return float("nan"), float("nan")
+    vals.sort()
+    lo = vals[int((1 - level) / 2 * (len(vals) - 1))]
+    hi = vals[int((1 + level) / 2 * (len(vals) - 1))]
+    return lo, hi
