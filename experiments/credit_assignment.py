@@ -382,6 +382,7 @@ def report(args, weight_clip: float) -> dict[str, Any]:
                 items["all"].append(it)
                 items["won" if lab["won"] else "lost"].append(it)
                 items["recurs"].append((score_of[key], lab["recurs"], lab["traj"]))  # against a loop, not the plan
+                items.setdefault(f"kind:{lab['kind']}", []).append(it)
         return {k: _auc_cell(v, args.seed) for k, v in items.items()}
 
     rows.append({"mode": "student log-prob (baseline)", **cells({k: sum(v) / len(v) for k, v in student.items()}),
@@ -430,8 +431,14 @@ def _fmt(c: dict[str, Any], positive: str = "right") -> str:
 
 
 def render(res: dict[str, Any]) -> str:
-    """The results as a Markdown table, the machine and the data beside it."""
+    """The results as a Markdown table, the machine and the data beside it. The per-kind columns
+    (math: tool calls, answers) appear when the units are of several kinds; the *recurs* column
+    when some action recurs (ALFWorld)."""
     unit = "step" if res["env"] == "alfworld" else "assistant turn"
+    kinds = sorted({k[5:] for r in res["rows"] for k in r if k.startswith("kind:")})
+    extra = [(f"kind:{k}", f"AUC, {k} turns only", "right") for k in kinds] if len(kinds) > 1 else []
+    if any(r["recurs"]["positive"] for r in res["rows"]):
+        extra.append(("recurs", "AUC for *the action recurs later*", "recur"))
     lines = [f"{res['env']}: {res['tasks']} train tasks, {res['episodes']} episodes ({res['won']} won), "
              f"{res['steps']} steps; {res['labelled_units']} labelled {unit}s, {res['right_units']} right. "
              f"{res['student_saturated_fraction']:.1%} of the student's {res['student_tokens']} action tokens have "
@@ -439,7 +446,8 @@ def render(res: dict[str, Any]) -> str:
              f"Machine: {res['machine']}.", "",
              f"| mode | rows with context | mean \\|Δ\\| (nats/token) | at clip (c={res['weight_clip']}) | "
              "AUC won episodes | AUC lost episodes | AUC all | AUC all, Δ summed | AUC all, Δ at the least sure token | "
-             "AUC for *the action recurs later* | s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             + "".join(f"{title} | " for _, title, _ in extra) + "s |",
+             "|---" * (9 + len(extra)) + "|"]
     for r in res["rows"]:
         ctx = f"{r['rows_with_context']}/{r['rows']}" if "rows" in r else "—"
         abs_d = f"{r['mean_abs_delta']:.4f}" if "mean_abs_delta" in r else "—"
@@ -447,7 +455,8 @@ def render(res: dict[str, Any]) -> str:
         secs = f"{r['seconds']:.0f}" if "seconds" in r else "—"
         lines.append(f"| {r['mode']} | {ctx} | {abs_d} | {clip} | {_fmt(r['won'])} | {_fmt(r['lost'])} | "
                      f"{_fmt(r['all'])} | {_fmt(r['sum']) if 'sum' in r else '—'} | "
-                     f"{_fmt(r['decisive']) if 'decisive' in r else '—'} | {_fmt(r['recurs'], 'recur')} | {secs} |")
+                     f"{_fmt(r['decisive']) if 'decisive' in r else '—'} | "
+                     + "".join(f"{_fmt(r[key], word)} | " for key, _, word in extra) + f"{secs} |")
     return "\n".join(lines) + "\n"
 
 
