@@ -27,8 +27,8 @@ actions are right, so this measures it directly, with no RL run:
    (``algorithm.serl.weight_clip``; sign(A) > 0 in won episodes, < 0 in lost ones), and the AUC of
    the mean Δ over a step's action tokens against the label, in won and in lost episodes (and in
    all, also of Δ summed over the tokens and of Δ at the token the student was least sure of), with
-   95% intervals from a bootstrap over episodes;
-   beside them the student's own log-prob and a random score. ``results.json`` and ``results.md`` in the work folder.
+   95% intervals from a bootstrap over episodes; beside them the student's own log-prob and a
+   random score. ``results.json`` and ``results.md`` in the work folder.
 
 Every phase is resumable: ``collect`` writes one file per chunk of tasks, ``score`` one per mode.
 Run (CPU, small)::
@@ -36,8 +36,9 @@ Run (CPU, small)::
     python experiments/credit_assignment.py --env alfworld --workdir runs/credit_alf \\
         --data-dir ALFWORLD_DATA --tasks 12 --n 2 --score-rows 200 --modes immediate_feedback
 
-On a lent GPU, ``experiments/learning_gpu.sh`` prepares the machine the same way (its header);
-pass ``--override trainer.device=cuda``.
+On a lent GPU: ``HARNESS=experiments/credit_assignment.py bash experiments/learning_gpu.sh ...``
+(its header says what travels; the leg files' headers give the call), with
+``--override trainer.device=cuda``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from typing import Any, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from learning_stats import auc, cluster_bootstrap  # noqa: E402
 
-#: per env: recipe, task split, the env's keyword for its oracle, the modes scored by default
+#: per env: its recipe, the split its tasks come from, and the env keyword that turns its oracle on
 ENVS = {
     "alfworld": {"recipe": "cpu_conversation", "split": "train", "env_kwargs": {"expert": "planner"}},
     "math": {"recipe": "cpu_math", "split": "gsm8k:train", "env_kwargs": {}},
