@@ -257,7 +257,10 @@ def _out_of_time(args) -> bool:
 # ---------------------------------------------------------------------------------------------- labels
 
 def alfworld_labels(traj) -> list[Optional[bool]]:
-    """Per step: right (True), wrong (False) or unknown (None: no plan recorded for its state)."""
+    """Per step: right (True), wrong (False) or unknown (None: no plan recorded for its state).
+    The env records no plan after an episode's last step, so a last step that is not the planner's
+    next action and does not win is wrong even if it kept a plan as short (a lost episode's step at
+    the step limit)."""
     out, plan = [], traj.extra.get("expert_plan0")
     for s in traj.steps:
         nxt = s.info.get("expert_plan")
