@@ -80,7 +80,7 @@ if [ "$DATA_TAR" != - ]; then tar xf "$DATA_TAR" -C "$W/data" || exit 1; fi
 source "$(dirname "$0")/gpu_env.sh"
 mkdir -p "$W/run" && paste -sd';' "$W/logs/gpu.txt" | sed 's/;/; /g' > "$W/run/machine.txt"  # the report's Machine line
 left=$(( BUDGET - ($(date +%s) - start) - 15 ))
-echo "learning_gpu.sh: setup took $(( $(date +%s) - start )) s; learning.py gets ${left} s"
+echo "learning_gpu.sh: setup took $(( $(date +%s) - start )) s; ${HARNESS:-experiments/learning.py} gets ${left} s"
 timeout -s TERM -k 30 "$left" python3 "${HARNESS:-experiments/learning.py}" --workdir "$W/run" "$@" 2>&1 | tee "$W/logs/learning.txt"
 echo "learning_gpu.sh: exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$W/logs/gpu.txt"
 # each panel's actions (actions.jsonl), so that trajectories.jsonl (token ids of every prompt: too
