@@ -160,8 +160,7 @@ def collect(args, tr) -> None:
             pool.close()
         trajs = [t for g in groups for t in g.trajectories]
         results = reference_results() if args.env == "math" else {}
-        for t, r in zip(trajs, resets):
-            t.extra["expert_plan0"] = r.info.get("expert_plan")
+        for t in trajs:  # the collector put the initial state's plan in t.extra["expert_plan0"]
             if args.env == "math":
                 t.extra["reference_results"] = results.get(t.task.task_id, [])
         write_jsonl(path, trajs)
@@ -257,21 +256,10 @@ def _out_of_time(args) -> bool:
 # ---------------------------------------------------------------------------------------------- labels
 
 def alfworld_labels(traj) -> list[Optional[bool]]:
-    """Per step: right (True), wrong (False) or unknown (None: no plan recorded for its state).
-    The env records no plan after an episode's last step, so a last step that is not the planner's
-    next action and does not win is wrong even if it kept a plan as short (a lost episode's step at
-    the step limit)."""
-    out, plan = [], traj.extra.get("expert_plan0")
-    for s in traj.steps:
-        nxt = s.info.get("expert_plan")
-        if s.won:
-            out.append(True)
-        elif not plan:
-            out.append(None)
-        else:
-            out.append(s.action == plan[0] or (nxt is not None and len(nxt) < len(plan)))
-        plan = nxt
-    return out
+    """Per step: right / wrong / unknown by the planner (:func:`serl.rollout.dagger.step_labels`)."""
+    from serl.rollout.dagger import step_labels
+
+    return step_labels(traj)
 
 
 def _numbers(text: str) -> list[float]:

@@ -7,6 +7,13 @@ Phases (each one resumable: a finished phase is skipped, an interrupted run cont
    task types (walkthroughs played through the RL prompt builder; WebShop: the oracle, below), or
    ``--expert-file``, rows made beforehand (e.g. in shards, or on a CPU before a GPU lease);
 2. ``sft``     — ``serl sft`` (LoRA by default) on those rows; its merged model is the RL start;
+   ``dagger``  — ALFWorld, with ``--dagger-rounds R``: R rounds of DAgger (arXiv 1011.0686) on the
+   SFT model: it plays ``--dagger-tasks`` train games at T = 1 with ``env.alfworld.expert=planner``
+   (``serl eval --split train --out dagger/r<R>/play``), ``serl data dagger`` makes rows of the
+   states it got wrong, and ``serl sft`` fine-tunes it on the aggregate (``expert.jsonl`` or
+   ``--dagger-data``, and every round's rows so far). Departure: each round continues from the
+   previous round's model, where DAgger retrains from scratch. Each round's model gets the start
+   panels (``dagger<R>``); the last is the RL start;
 3. ``rl``      — for each algorithm and seed, ``serl train`` from the SFT model for
    ``--iterations`` iterations (0: none, the cold start's panels alone), in chunks of
    ``--eval-every``; after each chunk (and at the SFT start) the policy is evaluated on a fixed
@@ -237,6 +244,38 @@ class Experiment:
         self.timed("sft", lambda: self.serl("sft", "--data", str(self.w / "expert.jsonl"), *args, *resume))
         return model
 
+    def dagger(self, model: Path) -> Path:
+        """``--dagger-rounds`` rounds from ``model`` (module docstring); returns the last round's
+        model. Each step of a round is skipped when its output exists, so a re-run resumes."""
+        for r in range(1, self.a.dagger_rounds + 1):
+            d = self.w / "dagger" / f"r{r}"
+            play, rows, data = d / "play", d / "rows.jsonl", d / "data.jsonl"
+            if not (play / "trajectories.jsonl").exists():
+                self.timed("dagger/play", lambda: self.serl(
+                    "eval", *self.common(), f"model.path={model}", "env.alfworld.expert=planner",
+                    "rollout.val_temperature=1.0", "rollout.val_n=1", *self.a.dagger_override, "--split", "train",
+                    "--num-tasks", str(self.a.dagger_tasks), "--seed", str(self.a.eval_seed + r), "--out", str(play)))
+            if not rows.exists():
+                keep = ["--keep-won"] if self.a.dagger_keep_won else []
+                self.serl("data", "dagger", str(play / "trajectories.jsonl"), "--out", str(rows),
+                          "--rows-per-episode", str(self.a.dagger_rows_per_episode), *keep, "--seed", str(r))
+            if not data.exists():  # DAgger's aggregate: the expert rows and every round's rows so far
+                parts = [Path(x) for x in (self.a.dagger_data, self.w / "expert.jsonl") if x and Path(x).exists()]
+                parts += [self.w / "dagger" / f"r{k}" / "rows.jsonl" for k in range(1, r + 1)]
+                tmp = data.with_suffix(".tmp")
+                tmp.write_text("".join(p.read_text() for p in parts))
+                os.replace(tmp, data)
+            new = d / "sft" / "model"
+            if not (new / "config.json").exists():
+                resume = ["--resume", str(d / "sft")] if (d / "sft" / "checkpoints").exists() else []
+                args = [] if resume else [*self.common(), f"model.path={model}", f"model.lora.r={self.a.lora_r}",
+                                          *self.a.sft_defaults, *self.a.sft_override, f"trainer.output_dir={d}",
+                                          "trainer.run_name=sft", "trainer.overwrite=true"]
+                self.timed("dagger/sft", lambda: self.serl("sft", "--data", str(data), *args, *resume))
+            model = new
+            self.evaluate(f"dagger{r}", 0, [*self.common(), f"model.path={model}"])
+        return model
+
     def start_model(self, model: Path, source: str) -> Path:
         """Record the RL start in ``start.json`` (``{"model", "source"}``; source ``expert+sft`` or
         ``--sft-model``); raises ``SystemExit`` when the work folder already started from another."""
@@ -326,10 +365,11 @@ class Experiment:
         cfg = load_config(self.a.recipe, [x for x in self.a.override])
         return len(cfg.env.task_types) or 6
 
-    def rl(self, model: Path) -> None:
+    def rl(self, model: Path, sft: Path) -> None:
         """Seed by seed, chunk by chunk, the algorithms side by side, so that an interrupted
-        experiment has comparable points of every algorithm for every finished (seed, chunk)."""
-        starts = [lambda: self.evaluate("sft", 0, [*self.common(), f"model.path={model}"])]
+        experiment has comparable points of every algorithm for every finished (seed, chunk).
+        RL starts from ``model``; ``sft`` (the same but after DAgger rounds) gets the start panels."""
+        starts = [lambda: self.evaluate("sft", 0, [*self.common(), f"model.path={sft}"])]
         if self.a.base_eval:
             starts.insert(0, lambda: self.evaluate("base", 0, [*self.common(), *self.base()]))
         if self.a.compare_model:
@@ -388,9 +428,10 @@ class Experiment:
     def run(self) -> None:
         from tqdm.auto import tqdm
 
-        todo = ["expert", "sft", "rl", "report"]
+        todo = ["expert", "sft", "dagger", "rl", "report"]
         with tqdm(todo, desc="learning", unit="phase", file=sys.stderr) as bar:
-            model = None
+            model = sft = None
+            source = ""
             for phase in bar:
                 bar.set_postfix_str(phase)
                 if phase == "expert" and not self.a.sft_model:
@@ -406,13 +447,18 @@ class Experiment:
                             raise SystemExit(f"learning.py: --sft-model {self.a.sft_model}: no config.json there "
                                              "(a Hugging Face model folder, e.g. <sft run>/model, or a serl "
                                              "model name such as smollm2-135m-alfworld-sft)")
-                        self.start_model(model, "--sft-model")
+                        source = "--sft-model"
                     else:
-                        model = self.start_model(self.sft(), "expert+sft")
+                        model, source = self.sft(), "expert+sft"
+                    sft = model
+                elif phase == "dagger" and self.a.dagger_rounds:
+                    model = self.dagger(sft)
+                    source += f"+dagger{self.a.dagger_rounds}"
                 elif phase == "rl":
+                    self.start_model(model, source)
                     if self.a.train_pool:
                         self.pool_data()
-                    self.rl(model)
+                    self.rl(model, sft)
                 elif phase == "report":
                     from learning_report import write_report
 

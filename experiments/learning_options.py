@@ -38,6 +38,9 @@ MATH_ALGOS = {
     "grpo": _MATH_GRPO,
     "spear": ["algorithm.serl.enable=false"],
     "serl": [*_MATH_GRPO[:-1], "algorithm.serl.enable=true", "algorithm.serl.sampling_mode=reference_solution"],
+    # ``grpo`` with DAPO's dynamic sampling (arXiv 2503.14476): new batches of problems until the
+    # batch holds data.train_batch_size groups with a right and a wrong answer (DAPO's ``acc``)
+    "grpo_ds": [*_MATH_GRPO, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=won"],
 }
 
 #: the math SFT measured in docs/math.md (full fine-tuning, 1 epoch, lr 5e-5, 8 rows per optimizer
@@ -214,6 +217,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "label `compare`), e.g. an older cold start, for a paired comparison with the SFT start")
     p.add_argument("--compare-override", nargs="*", action="extend", default=[],
                    help="key=value for the --compare-model panels only (after --override), e.g. env.prompt_layout=step")
+    p.add_argument("--dagger-rounds", type=int, default=0,
+                   help="alfworld: DAgger rounds after the SFT (or --sft-model): the policy plays --dagger-tasks "
+                        "train games at T = 1 with the planner asked at every state, `serl data dagger` makes rows "
+                        "of the states it got wrong, and serl sft fine-tunes it on every round's rows so far (with "
+                        "expert.jsonl or --dagger-data); each round's model gets the start panels (policy dagger<R>) "
+                        "and the last one is the RL start. Default 0: none")
+    p.add_argument("--dagger-tasks", type=int, default=120, help="alfworld: train games each DAgger round plays "
+                   "(serl eval --split train --num-tasks N: round-robin over the task types)")
+    p.add_argument("--dagger-rows-per-episode", type=int, default=2,
+                   help="serl data dagger --rows-per-episode: wrong states kept per episode (the first always)")
+    p.add_argument("--dagger-keep-won", action="store_true",
+                   help="serl data dagger --keep-won: also train on each won episode whole")
+    p.add_argument("--dagger-data", help="rows added to every DAgger round's SFT data besides the work folder's "
+                   "expert.jsonl (e.g. the expert rows of the --sft-model cold start)")
+    p.add_argument("--dagger-override", nargs="*", action="extend", default=[],
+                   help="key=value for the DAgger rounds' play only (after --override), e.g. env.max_steps=20")
     p.add_argument("--eval-seed", type=int, default=1000)
     p.add_argument("--smooth-window", type=int, default=5,
                    help="math report: moving-average window (iterations) of the training-accuracy curve and "
@@ -260,6 +279,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--iterations must be a multiple of --eval-every (0: no RL)")
     if a.expert_file and not Path(a.expert_file).is_file():
         p.error(f"--expert-file {a.expert_file}: no such file")
+    if a.dagger_rounds < 0 or a.dagger_tasks < 1 or a.dagger_rows_per_episode < 0:
+        p.error("--dagger-rounds and --dagger-rows-per-episode must be >= 0, --dagger-tasks >= 1")
+    if a.dagger_rounds and a.env != "alfworld":
+        p.error("--dagger-rounds is for --env alfworld (its planner labels the states)")
+    if a.dagger_data and not Path(a.dagger_data).is_file():
+        p.error(f"--dagger-data {a.dagger_data}: no such file")
     if a.expert_file and a.sft_model:
         p.error("--expert-file and --sft-model exclude each other (--sft-model skips the expert and SFT phases)")
     return a

@@ -248,7 +248,8 @@ def start_table(workdir: Path, splits: list[str]) -> list[str]:
     split: games won, success per task type, mean steps of the won games, loops among the lost
     (:func:`is_loop`); then the SFT start against ``compare`` paired game by game (exact McNemar,
     :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
-    names = {"sft": "SFT start", "compare": "compared model"}
+    rounds = sorted((d.name for d in (workdir / "eval").glob("dagger*") if d.name[6:].isdigit()), key=lambda n: int(n[6:]))
+    names = {"sft": "SFT start", **{r: f"DAgger round {r[6:]}" for r in rounds}, "compare": "compared model"}
     panels = {(p, x): _panel_rows(workdir, p, x) for p in names for x in splits}
     panels = {k: v for k, v in panels.items() if v}
     if not panels:
@@ -264,20 +265,45 @@ def start_table(workdir: Path, splits: list[str]) -> list[str]:
         loops = f"{sum(is_loop(r['actions']) for r in lost)}/{len(lost)}" if all("actions" in r for r in lost) else "—"
         steps = f"{statistics.mean(r['length'] for r in won):.1f}" if won else "—"
         lines.append(f"| {names[p]} | {x} | {len(won)}/{len(rows)} | " + " | ".join(per) + f" | {steps} | {loops} |")
-    pairs, total = [], [0, 0]
-    for x in splits:
-        a, b = ({r["task_id"]: r["won"] for r in panels.get((p, x), [])} for p in ("sft", "compare"))
-        both = [t for t in a if t in b]
-        if both:
-            only_sft, only_cmp = sum(a[t] and not b[t] for t in both), sum(b[t] and not a[t] for t in both)
-            total = [total[0] + only_sft, total[1] + only_cmp]
-            pairs.append(f"| {x} ({len(both)}) | {only_sft} | {only_cmp} | {mcnemar_p(only_sft, only_cmp):.2g} |")
-    if pairs:
-        lines += ["", "| panel | only the SFT start wins | only the compared model wins | McNemar p |", "|---|---|---|---|",
-                  *pairs]
-        if len(pairs) > 1:
-            lines.append(f"| pooled | {total[0]} | {total[1]} | {mcnemar_p(*total):.2g} |")
+    for other in [p for p in names if p != "sft"]:
+        pairs, total = [], [0, 0]
+        for x in splits:
+            a, b = ({r["task_id"]: r["won"] for r in panels.get((p, x), [])} for p in ("sft", other))
+            both = [t for t in a if t in b]
+            if both:
+                only_sft, only_cmp = sum(a[t] and not b[t] for t in both), sum(b[t] and not a[t] for t in both)
+                total = [total[0] + only_sft, total[1] + only_cmp]
+                pairs.append(f"| {x} ({len(both)}) | {only_sft} | {only_cmp} | {mcnemar_p(only_sft, only_cmp):.2g} |")
+        if pairs:
+            who = "the compared model" if other == "compare" else names[other]
+            lines += ["", f"| panel | only the SFT start wins | only {who} wins | McNemar p |", "|---|---|---|---|", *pairs]
+            if len(pairs) > 1:
+                lines.append(f"| pooled | {total[0]} | {total[1]} | {mcnemar_p(*total):.2g} |")
     return lines
+
+
+def dagger_table(workdir: Path) -> list[str]:
+    """Per DAgger round (``dagger/r<R>``): the train games its policy played, won, the share of
+    steps right by the planner (:func:`serl.rollout.dagger.step_labels`) and the rows made, by
+    source; empty without rounds."""
+    from serl.rollout.dagger import DaggerSummary
+    from serl.trajectory import read_jsonl
+
+    lines = []
+    for d in sorted((workdir / "dagger").glob("r*"), key=lambda p: int(p.name[1:]) if p.name[1:].isdigit() else -1):
+        f = d / "play" / "trajectories.jsonl"
+        if not f.exists():
+            continue
+        s = DaggerSummary()
+        for t in read_jsonl(f):
+            s.add(t, [])
+        rows = [json.loads(x) for x in (d / "rows.jsonl").read_text().splitlines() if x.strip()] if (d / "rows.jsonl").exists() else []
+        lines.append(f"| {d.name[1:]} | {s.won}/{s.episodes} | {s.right}/{s.labelled} ({s.right / max(1, s.labelled):.0%}) | "
+                     f"{sum(r.get('source') == 'dagger' for r in rows)} | {sum(r.get('source') == 'won' for r in rows)} |")
+    if not lines:
+        return []
+    return ["| round | train games won (T = 1) | steps right by the planner | rows: labelled states | rows: won episodes |",
+            "|---|---|---|---|---|", *lines]
 
 
 def signal_table(train, algos, seeds, env: str = "alfworld") -> list[str]:
@@ -350,6 +376,7 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
     held_out = [x for x in args.splits if x != "train"]  # a train-split panel is the RL games themselves
     paired = paired_table(workdir, args.algos, args.seeds, args.splits, ends, held_out)
     start = start_table(workdir, args.splits)
+    dagger = dagger_table(workdir)
     machine = (workdir / "machine.txt").read_text().strip() if (workdir / "machine.txt").exists() else (
         f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"dtype {pick_dtype('auto', 'cpu')} (serl's `auto` rule on this CPU)")
@@ -368,6 +395,9 @@ def write_report(workdir: Path, args: argparse.Namespace, phases: dict[str, floa
         f"{getattr(args, 'smooth_window', 1)} iterations, then the mean over seeds; band: min–max over seeds. "
         "Right: panel success averaged over the panel's splits, mean over seeds, band ± std; iteration 0 is the "
         "shared SFT start.", "",
+        *(["## DAgger rounds", "", "The policy of each round plays train games at T = 1 (the round's start: the SFT "
+           "model, then the previous round's); the planner labels every step; its wrong states become the rows of "
+           "the round's fine-tuning (`serl data dagger`).", "", *dagger, ""] if dagger else []),
         *(["## The start policies on the panel", "", *start, ""] if start else []),
         "## Paired per game: each run's end vs the SFT start", "",
         "A `train` panel holds the RL runs' own games (a fixed pool); the other splits are held out.", "",

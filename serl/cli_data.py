@@ -1,4 +1,5 @@
-"""``serl data``: ``download`` (full data sets) and ``expert`` (expert rows for ``serl sft``).
+"""``serl data``: ``download`` (full data sets), ``expert`` (expert rows for ``serl sft``) and
+``dagger`` (rows from the policy's own ALFWorld episodes, labelled by the planner).
 
     serl data download {alfworld,dapo_math17k} [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
@@ -6,6 +7,7 @@
                [--expert walkthrough|planner]   (alfworld)
     serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
                [--num-tasks N] [--seed N] [--data-dir DIR]
+    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--seed N]
 
 The ``expert`` command of ALFWorld and WebShop resumes: each finished episode is appended to
 ``FILE.jsonl.partial`` as it ends, and a rerun of the same command skips the tasks found there
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def split_overrides(items: list[str]) -> tuple[str | None, list[str]]:
@@ -221,6 +224,41 @@ def cmd_data_expert(args) -> int:
     return 0
 
 
+def cmd_data_dagger(args) -> int:
+    """``serl data dagger``: SFT rows from the policy's own ALFWorld episodes, labelled by the
+    planner at every state (:mod:`serl.rollout.dagger`)."""
+    from serl.errors import SerlError
+    from serl.rollout.dagger import DaggerSummary, dagger_rows
+    from serl.rollout.expert import write_rows
+    from serl.trajectory import read_jsonl
+
+    if args.rows_per_episode < 0:
+        raise SerlError(f"--rows-per-episode must be >= 0, got {args.rows_per_episode}")
+    rows, summary = [], DaggerSummary()
+    for path in args.trajectories:
+        if not Path(path).is_file():
+            raise SerlError(f"serl data dagger: no trajectories file {path} (write one with serl eval ... --out DIR: "
+                            "DIR/trajectories.jsonl)")
+        trajs = read_jsonl(path)
+        if trajs and not any(t.extra.get("expert_plan0") or any("expert_plan" in s.info for s in t.steps) for t in trajs):
+            raise SerlError(f"serl data dagger: {path} holds no planner labels: play the episodes with "
+                            "env.alfworld.expert=planner (e.g. serl eval recipe=cpu_conversation "
+                            "env.alfworld.expert=planner --split train --out DIR)")
+        for t in trajs:
+            made = dagger_rows(t, rows_per_episode=args.rows_per_episode, seed=args.seed, keep_won=args.keep_won)
+            summary.add(t, made)
+            rows += made
+    write_rows(args.out, rows)
+    s = summary
+    print(f"serl data dagger: {s.episodes} episodes ({s.won} won), {s.steps} steps, {s.labelled} labelled: "
+          f"{s.right} right by the planner ({s.right / max(1, s.labelled):.1%}), {s.wrong} wrong")
+    for ty, (eps, won, lab, right) in sorted(s.by_type.items()):
+        print(f"  {ty:<36} {won}/{eps} won, {right}/{lab} steps right")
+    print(f"  rows: {s.rows['dagger']} expert-labelled states" + (f", {s.rows['won']} won episodes" if args.keep_won else "")
+          + f"; written to {args.out}")
+    return 0
+
+
 def _shard(text: str | None) -> tuple[int, int]:
     """``--shard I/N`` as ``(I, N)`` (``(0, 1)`` when not given).
 
@@ -279,3 +317,19 @@ def add_data_parser(sub) -> None:
                     help="episode step limit (default: the env's own, ALFWorld 50 / WebShop 15; "
                     "env.max_steps of the RL recipe is not used; not for math)")
     ex.set_defaults(fn=cmd_data_expert)
+    dg = dsub.add_parser("dagger", help="ALFWorld: SFT rows from the policy's own episodes, labelled by the planner",
+                         description="DAgger's data step (arXiv 1011.0686): read episodes the policy played with "
+                         "env.alfworld.expert=planner (serl eval ... --out DIR writes DIR/trajectories.jsonl), "
+                         "label every step right or wrong by the planner's plan from its state, and write, for up "
+                         "to --rows-per-episode states where the policy went wrong (the first mistake always), "
+                         "the chat up to that state (the policy's replies as context, weight 0) with the "
+                         "planner's action as the reply to learn. Train on them with serl sft.")
+    dg.add_argument("trajectories", nargs="+", help="trajectories.jsonl file(s) of serl eval --out")
+    dg.add_argument("--out", required=True, help="output JSONL file")
+    dg.add_argument("--rows-per-episode", type=int, default=2,
+                    help="states labelled per episode, at most (default 2; 0: none, e.g. with --keep-won alone)")
+    dg.add_argument("--keep-won", action="store_true",
+                    help="also keep each won episode whole, every reply trained (iterated action modeling, "
+                    "arXiv 2104.07972)")
+    dg.add_argument("--seed", type=int, default=0, help="picks the states after the first mistake and the think templates")
+    dg.set_defaults(fn=cmd_data_dagger)

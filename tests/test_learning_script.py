@@ -135,10 +135,12 @@ def test_math_algorithms_load_as_configs():
         cfg = load_config("cpu_math", ov)
         check_config(cfg)
         alg = cfg.algorithm
-        got[name] = (alg.spear.enable_trajectory_replay, alg.use_toolcall_reward, alg.serl.enable, alg.serl.sampling_mode)
-    assert got["grpo"][:3] == (False, "none", False)
+        got[name] = (alg.spear.enable_trajectory_replay, alg.use_toolcall_reward, alg.serl.enable, alg.serl.sampling_mode,
+                     alg.filter_groups.enable, alg.filter_groups.metric)
+    assert got["grpo"][:3] == (False, "none", False) and got["grpo"][4] is False
+    assert got["grpo_ds"][:3] == got["grpo"][:3] and got["grpo_ds"][4:] == (True, "won")
     assert got["spear"][:3] == (True, "cosine", False)
-    assert got["serl"] == (False, "none", True, "reference_solution")
+    assert got["serl"][:4] == (False, "none", True, "reference_solution")
 
 
 class FakeSerl:
@@ -158,8 +160,10 @@ class FakeSerl:
         if argv[0] == "data":
             Path(opt("--out")).write_text("".join(json.dumps({"uid": f"p{i}"}) + "\n" for i in range(5)))
         elif argv[0] == "sft":
-            (exp.w / "sft" / "model").mkdir(parents=True)
-            (exp.w / "sft" / "model" / "config.json").write_text("{}")
+            run = (Path(opt("--resume")) if "--resume" in argv else
+                   Path(kv["trainer.output_dir"]) / kv["trainer.run_name"] if "trainer.output_dir" in kv else exp.w / "sft")
+            (run / "model").mkdir(parents=True)
+            (run / "model" / "config.json").write_text("{}")
         elif argv[0] == "train":
             run = Path(opt("--resume")) if "--resume" in argv else Path(kv["trainer.output_dir"]) / kv["trainer.run_name"]
             steps = int(kv.get("trainer.total_training_steps", 0))
@@ -171,6 +175,8 @@ class FakeSerl:
             out = Path(opt("--out"))
             out.mkdir(parents=True)
             (out / "metrics.json").write_text(json.dumps({"success_rate": 0.5, "num_tasks": int(opt("--num-tasks"))}))
+            if "env.alfworld.expert=planner" in argv:  # a DAgger round's play
+                (out / "trajectories.jsonl").write_text("")
 
 
 def _math_args(work, *extra):
@@ -679,6 +685,51 @@ def test_alfworld_cold_start_alone_from_an_expert_file_with_a_compared_policy(tm
         parse_args(["--iterations", "-1"])
 
 
+def test_alfworld_dagger_rounds_play_label_aggregate_and_fine_tune(tmp_path, monkeypatch):
+    """``--dagger-rounds 2`` from ``--sft-model``: each round plays train games with the planner at
+    T = 1 from the previous round's model, makes rows, fine-tunes on --dagger-data plus every round's
+    rows so far, and gets the start panels; the SFT start keeps its own panel, RL (none here) would
+    start from round 2's model; a re-run does nothing."""
+    import learning_report
+
+    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
+    model = tmp_path / "cold"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    extra = tmp_path / "expert_rows.jsonl"
+    extra.write_text('{"expert": 1}\n')
+    work = tmp_path / "w"
+    args = ["--workdir", str(work), "--sft-model", str(model), "--dagger-rounds", "2", "--dagger-tasks", "6",
+            "--dagger-data", str(extra), "--dagger-keep-won", "--dagger-override", "env.max_steps=20",
+            "--iterations", "0", "--seeds", "0", "--splits", "valid_unseen", "--compare-model", "old"]
+    fake = FakeSerl()
+    _run(parse_args(args), fake, monkeypatch)
+    d1, d2 = work / "dagger" / "r1", work / "dagger" / "r2"
+    m1, m2 = d1 / "sft" / "model", d2 / "sft" / "model"
+    play = lambda m, r, d: ["eval", "recipe=cpu_learn", f"model.path={m}", "env.alfworld.expert=planner",  # noqa: E731
+                            "rollout.val_temperature=1.0", "rollout.val_n=1", "env.max_steps=20", "--split", "train",
+                            "--num-tasks", "6", "--seed", str(1000 + r), "--out", str(d / "play")]
+    rows = lambda r, d: ["data", "dagger", str(d / "play" / "trajectories.jsonl"), "--out", str(d / "rows.jsonl"),  # noqa: E731
+                         "--rows-per-episode", "2", "--keep-won", "--seed", str(r)]
+    calls = [c for c in fake.calls if not (c[0] == "eval" and "/eval/" in c[-1])]
+    assert calls[0] == play(model, 1, d1) and calls[1] == rows(1, d1)
+    assert calls[2][:5] == ["sft", "--data", str(d1 / "data.jsonl"), "recipe=cpu_learn", f"model.path={model}"]
+    assert calls[3] == play(m1, 2, d2) and calls[4] == rows(2, d2)
+    assert calls[5][:5] == ["sft", "--data", str(d2 / "data.jsonl"), "recipe=cpu_learn", f"model.path={m1}"]
+    assert f"trainer.output_dir={d2}" in calls[5] and len(calls) == 6
+    assert (d2 / "data.jsonl").read_text() == extra.read_text() + (d1 / "rows.jsonl").read_text() + (d2 / "rows.jsonl").read_text()
+    panels = {c[-1].split("/eval/")[1]: c for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}
+    assert sorted(panels) == ["compare/it000_valid_unseen", "dagger1/it000_valid_unseen", "dagger2/it000_valid_unseen",
+                              "sft/it000_valid_unseen"]
+    assert f"model.path={m2}" in panels["dagger2/it000_valid_unseen"] and f"model.path={model}" in panels["sft/it000_valid_unseen"]
+    assert json.loads((work / "start.json").read_text()) == {"model": str(m2), "source": "--sft-model+dagger2"}
+    again = FakeSerl()
+    _run(parse_args(args), again, monkeypatch)
+    assert again.calls == []
+    with pytest.raises(SystemExit):
+        parse_args(["--env", "math", "--dagger-rounds", "1"])
+
+
 def test_alfworld_report_start_policies_by_hand(tmp_path):
     """The start table: wins per task type, steps to win, loops among the lost (from actions.jsonl),
     and the SFT start against the compared model game by game."""
@@ -699,7 +750,14 @@ def test_alfworld_report_start_policies_by_hand(tmp_path):
     assert lines[2] == "| SFT start | valid_unseen | 2/4 | 1/2 | 1/2 | 5.0 | 1/2 |"
     assert lines[3] == "| compared model | valid_unseen | 1/4 | 0/2 | 1/2 | 8.0 | 3/3 |"
     assert lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"  # one game only the SFT start wins: McNemar p = 1
+    assert lines[-3] == "| panel | only the SFT start wins | only the compared model wins | McNemar p |"
     assert start_table(tmp_path, ["valid_seen"]) == []
+    # a DAgger round's panel: a row of its own, paired with the SFT start before the compared model
+    panel("dagger1", [True, True, True, False], ["a", "b", "a", "b"], [4, 5, 6, 6], [["x"] * 4, ["y"] * 5, ["z"] * 6, wander])
+    lines = start_table(tmp_path, ["valid_unseen"])
+    assert lines[3] == "| DAgger round 1 | valid_unseen | 3/4 | 2/2 | 1/2 | 5.0 | 0/1 |"
+    i = lines.index("| panel | only the SFT start wins | only DAgger round 1 wins | McNemar p |")
+    assert lines[i + 2] == "| valid_unseen (4) | 0 | 1 | 1 |" and lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"
 
 
 @pytest.mark.parametrize("leg,extra,sft_settings,evals", [
@@ -728,3 +786,55 @@ def test_sft_size_legs_run_the_retired_scripts_settings(leg, extra, sft_settings
     got = {(Path(c[-1]).parent.name, Path(c[-1]).name.split("_", 1)[1]) for c in fake.calls if c[0] == "eval"}
     assert got == evals
     assert all("--greedy" in c for c in fake.calls if c[0] == "eval" and "avg" not in c[-1])
+
+
+def test_alfworld_report_dagger_rounds_by_hand(tmp_path):
+    """The DAgger table: per round, the train games won, the steps right by the planner, the rows."""
+    from learning_report import dagger_table
+
+    from serl.envs.base import Task
+    from serl.trajectory import Step, Trajectory, write_jsonl
+
+    def step(i, action, plan, won=False):
+        return Step(step_id=i, observation="", prompt="", prompt_ids=[1], response_ids=[2], response_text="",
+                    action_mask=[1], action=action, action_valid=True, won=won, done=won, info={"expert_plan": plan})
+
+    won = Trajectory(uid="g", traj_uid="a", task=Task("alfworld", "g0", "look_at_obj_in_light"))
+    won.extra["expert_plan0"] = ["go to desk 1", "use lamp 1"]
+    won.steps = [step(0, "go to desk 1", ["use lamp 1"]), step(1, "use lamp 1", [], won=True)]  # right, right
+    lost = Trajectory(uid="h", traj_uid="b", task=Task("alfworld", "g1", "look_at_obj_in_light"))
+    lost.extra["expert_plan0"] = ["go to desk 1", "use lamp 1"]
+    lost.steps = [step(0, "look", ["go to desk 1", "use lamp 1"]), step(1, "go to desk 1", ["use lamp 1"])]  # wrong, right
+    d = tmp_path / "dagger" / "r1"
+    (d / "play").mkdir(parents=True)
+    write_jsonl(d / "play" / "trajectories.jsonl", [won, lost])
+    (d / "rows.jsonl").write_text('{"source": "dagger"}\n{"source": "won"}\n')
+    assert dagger_table(tmp_path)[2] == "| 1 | 1/2 | 3/4 (75%) | 1 | 1 |"
+    assert dagger_table(tmp_path / "none") == []
+
+
+def test_dagger_leg_plays_labels_fine_tunes_and_compares_without_rl(tmp_path, monkeypatch):
+    """experiments/legs/alfworld_dagger.args: one round from the shipped conversation cold start
+    (its play at T = 1, 20 steps, the planner on), the SFT with the leg's settings, then the round's
+    model and the cold start on every held-out game greedily; no RL."""
+    import learning_report
+
+    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
+    cold = tmp_path / "cold"
+    cold.mkdir()
+    (cold / "config.json").write_text("{}")
+    fake = FakeSerl()
+    a = parse_args([f"@{REPO_ROOT / 'experiments' / 'legs' / 'alfworld_dagger.args'}", "--workdir", str(tmp_path / "w"),
+                    "--sft-model", str(cold), "--data-dir", "DATA"])
+    _run(a, fake, monkeypatch)
+    assert [c[0] for c in fake.calls if c[0] != "eval"] == ["data", "sft"]
+    play = fake.calls[0]
+    for x in ("recipe=cpu_conversation", "env.alfworld.expert=planner", "rollout.val_temperature=1.0", "env.max_steps=20"):
+        assert x in play
+    assert play[play.index("--num-tasks") + 1] == "120" and play[play.index("--split") + 1] == "train"
+    assert "--keep-won" in fake.calls[1]
+    (sft,) = [c for c in fake.calls if c[0] == "sft"]
+    assert "sft.epochs=1" in sft and f"model.path={cold}" in sft
+    got = {(Path(c[-1]).parent.name, Path(c[-1]).name) for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}
+    assert got == {(p, f"it000_{s}") for p in ("sft", "dagger1") for s in ("valid_seen", "valid_unseen")}
+    assert all("--greedy" in c and c[c.index("--num-tasks") + 1] == "-1" for c in fake.calls if "/eval/" in c[-1])

@@ -164,9 +164,10 @@ class ConversationIds:
         """Tokenise ``text`` (a system/user/tool/header piece) and append it with mask 0."""
         self.append(encode(tokenizer, text), 0)
 
-    def append_assistant(self, ids: Sequence[int]) -> None:
-        """Append an assistant turn's ids (sampled ids in RL, through ``<|im_end|>``) with mask 1."""
-        self.append(ids, 1)
+    def append_assistant(self, ids: Sequence[int], mask: int = 1) -> None:
+        """Append an assistant turn's ids (sampled ids in RL, through ``<|im_end|>``) with mask
+        ``mask`` (1; an SFT message with ``"weight": 0`` is context only)."""
+        self.append(ids, mask)
 
 
 def start_conversation(tokenizer, tools: Sequence[Mapping[str, Any]], user_text: str,
@@ -250,6 +251,10 @@ def render_sft_conversation(tokenizer, messages: Sequence[Mapping[str, Any]], to
     A leading ``system`` message replaces the system text (as in Qwen2.5's template); otherwise
     ``system_text`` (None: the tokenizer's default). Consecutive tool messages share one user turn.
 
+    An assistant message may carry ``"weight": 0`` (OpenAI's chat fine-tuning format): its turn
+    is context, with mask 0 (``serl data dagger``'s rows: the policy's own replies before the
+    state the expert labels); ``"weight": 1`` or no weight trains on it.
+
     Returns:
         ``(input_ids, loss_mask)``, equal lengths; mask 1 exactly on the assistant bodies and their
         ``<|im_end|>``.
@@ -270,7 +275,7 @@ def render_sft_conversation(tokenizer, messages: Sequence[Mapping[str, Any]], to
     while i < len(messages):
         msg = messages[i]
         turn = assistant_turn_ids(tokenizer, msg.get("content"), _message_calls(msg, i))
-        conv.append_assistant(turn)
+        conv.append_assistant(turn, int(msg.get("weight", 1)))
         i += 1
         if i == len(messages):
             break

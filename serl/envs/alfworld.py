@@ -164,6 +164,28 @@ def extract_task(observation: str) -> str:
     return observation[idx + len(TASK_PREFIX):].strip()
 
 
+#: the keys of ``env.alfworld`` (:func:`check_config`)
+ALFWORLD_OPTIONS = ("expert",)
+
+
+def check_config(env_cfg: Any) -> None:
+    """Check ``env.alfworld`` (registered as the ``alfworld`` env's config check): its keys are
+    :data:`ALFWORLD_OPTIONS`, ``expert`` is null or one of :data:`EXPERT_KINDS`. Imports no engine.
+
+    Raises:
+        ConfigError: naming ``env.alfworld`` or ``env.alfworld.expert``.
+    """
+    from serl.errors import ConfigError
+
+    opts = env_cfg.alfworld
+    unknown = sorted(set(opts) - set(ALFWORLD_OPTIONS))
+    if unknown:
+        raise ConfigError(f"env.alfworld: unknown option(s) {unknown}; valid: {list(ALFWORLD_OPTIONS)}")
+    expert = opts.get("expert")
+    if expert is not None and expert not in EXPERT_KINDS:
+        raise ConfigError(f"env.alfworld.expert: must be null or one of {list(EXPERT_KINDS)}, got {expert!r}")
+
+
 class AlfWorldEnv(BaseTextEnv):
     """One ALFWorld game at a time, on TextWorld's PDDL engine (see the module docstring).
 
@@ -188,6 +210,11 @@ class AlfWorldEnv(BaseTextEnv):
     prompt_builder = "serl.agent.prompts.alfworld:build_prompt"
     turn_builder = "serl.agent.prompts.alfworld:build_turn"
     default_max_steps = DEFAULT_MAX_STEPS
+
+    @classmethod
+    def config_kwargs(cls, env_cfg: Any) -> dict[str, Any]:
+        """``max_steps``, ``data_dir`` and ``env.alfworld``'s ``expert`` (:func:`check_config`)."""
+        return {**super().config_kwargs(env_cfg), **dict(env_cfg.alfworld)}
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
                  expert: str | None = None):

@@ -198,6 +198,7 @@ ROW_LAYOUTS = ("step", "trajectory")
 #: ``env`` config section and raises :class:`ConfigError` naming the key (``env.webshop.<key>``).
 #: Kept light: a config check must not import the env itself. An env without one has none
 ENV_CONFIG_CHECKS: dict[str, str] = {
+    "alfworld": "serl.envs.alfworld:check_config",
     "webshop": "serl.envs.webshop.options:check_config",
     "math": "serl.envs.math.options:check_config",
 }

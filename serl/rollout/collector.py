@@ -231,6 +231,8 @@ class Collector:
         for i, (task, res) in enumerate(zip(env_tasks, results)):
             g = groups[i // group_size]
             traj = Trajectory(uid=g.uid, traj_uid=uuid.uuid4().hex, task=task, task_text=res.task)
+            if "expert_plan" in res.info:  # an env expert's plan from the initial state (ALFWorld's planner)
+                traj.extra["expert_plan0"] = list(res.info["expert_plan"])
             g.trajectories.append(traj)
             states.append(_EnvState(traj=traj, result=res, done=res.done))
 

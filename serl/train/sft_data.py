@@ -21,7 +21,8 @@ Two row kinds in one JSONL file (:func:`read_rows` tells them apart):
   rendered by :func:`serl.agent.tool_chat.render_sft_conversation`, the same pieces the RL tool
   loop builds. The prompt is every id before the first loss-mask-1 token (system block, user turn,
   assistant header); the rest are the targets with their loss mask (1 on assistant bodies and
-  their ``<|im_end|>``, 0 on tool turns and headers: context, no loss). A conversation longer
+  their ``<|im_end|>``, 0 on tool turns and headers: context, no loss; an assistant message with
+  ``"weight": 0``, OpenAI's fine-tuning key, is context too: ``serl data dagger``). A conversation longer
   than ``data.max_prompt_length + data.max_response_length`` is cut from the right (counted in
   the warning); the prompt is never cut.
 
@@ -106,6 +107,8 @@ def _check_conversation(row: dict[str, Any], where: str) -> None:
             raise SerlError(f"{where}: messages[{i}] needs a role in {list(_ROLES)}")
         if m.get("content") is not None and not isinstance(m["content"], str):
             raise SerlError(f"{where}: messages[{i}].content must be a string")
+        if "weight" in m and (m["role"] != "assistant" or m["weight"] not in (0, 1) or isinstance(m["weight"], bool)):
+            raise SerlError(f"{where}: messages[{i}].weight must be 0 or 1, on an assistant message only")
     if row["messages"][-1].get("role") != "assistant":
         raise SerlError(f"{where}: a conversation row must end with an assistant message")
 

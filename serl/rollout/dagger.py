@@ -1,0 +1,181 @@
+"""DAgger rows for ALFWorld: the policy plays, the planner labels the states it visits, and the
+states where it went wrong become SFT rows that teach the expert's action there.
+
+DAgger (Ross, Gordon & Bagnell, "A Reduction of Imitation Learning and Structured Prediction to
+No-Regret Online Learning", arXiv 1011.0686, Algorithm 3.1) trains each round on the states the
+current policy reaches, labelled by the expert, aggregated over rounds; ALFWorld's BUTLER agent
+was trained so (arXiv 2010.03768, Sec. 3.2). A cold start trained on walkthroughs alone never sees
+a state after a mistake, and loops there (the measured failure of serl's ALFWorld cold starts).
+
+Where the states come from: ``serl eval`` (or the trainer) with ``env.alfworld.expert=planner``,
+whose env puts the planner's plan from every state in the step's ``info["expert_plan"]`` and the
+collector the initial state's in ``Trajectory.extra["expert_plan0"]``
+(:meth:`serl.envs.alfworld.AlfWorldEnv.expert_plan`). :func:`step_labels` turns those plans into
+one label per step; :func:`dagger_rows` makes the rows. The expert's reply is written as
+``serl data expert`` writes the planner expert's (a think template of :data:`serl.rollout.expert.ALFWORLD_THINK`
+and the action), so DAgger rows and expert rows share one reply format.
+
+Rows, by the step's ``prompt_format``:
+
+* ``conversation`` (``env.prompt_layout=conversation``): the chat up to the labelled state, the
+  policy's own replies as sampled with ``"weight": 0`` (context, no loss:
+  :func:`serl.agent.tool_chat.render_sft_conversation`), then the expert's reply (weight 1). One
+  row per labelled state, each a prefix of the episode: a row cannot go on past it, since the
+  turns after it followed the policy's action, not the expert's.
+* ``chat`` (the step layout): the step's own prompt and the expert's reply, a step row.
+
+Which states: those whose action is wrong (:func:`step_labels` False) and whose plan is known, at
+most ``rows_per_episode`` per episode: the first mistake always, the others drawn at random (seeded
+per trajectory). A right step is already what the policy does. With ``keep_won`` a won episode is
+also kept whole with every reply trained (weight 1): the "iterated action modeling" round of Micheli
+& Fleuret, "Language Models are Few-Shot Butlers" (arXiv 2104.07972, Sec. 3.3).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from serl.rollout.expert import ALFWORLD_THINK, _rng, _task_phrase, format_response
+from serl.trajectory import Trajectory
+
+#: the ``source`` of a row: a state the expert labelled, or a won episode kept whole
+ROW_SOURCES = ("dagger", "won")
+
+
+def step_labels(traj: Trajectory) -> list[Optional[bool]]:
+    """Per step of ``traj``: right (True), wrong (False) or unknown (None: no plan was recorded
+    for the state it was taken in).
+
+    A step is right when it wins, when its action is the planner's next action, or when the
+    planner's plan from the next state is shorter than from this one (the action keeps a shortest
+    plan as short: the planner's search is uniform-cost, so equal-cost alternatives, e.g. another
+    instance of the object, count). The env records no plan after an episode's last step, so a
+    last step that neither is the planner's action nor wins is wrong (a lost episode's step at the
+    step limit).
+
+    Reads ``traj.extra["expert_plan0"]`` and each step's ``info["expert_plan"]`` (module docstring).
+    """
+    out: list[Optional[bool]] = []
+    plan = traj.extra.get("expert_plan0")
+    for s in traj.steps:
+        nxt = s.info.get("expert_plan")
+        if s.won:
+            out.append(True)
+        elif not plan:
+            out.append(None)
+        else:
+            out.append(s.action == plan[0] or (nxt is not None and len(nxt) < len(plan)))
+        plan = nxt
+    return out
+
+
+def state_plans(traj: Trajectory) -> list[Optional[list[str]]]:
+    """The planner's plan from the state each step was taken in (None where none was recorded)."""
+    plans = [traj.extra.get("expert_plan0")] + [s.info.get("expert_plan") for s in traj.steps[:-1]]
+    return [list(p) if p else None for p in plans]
+
+
+def expert_reply(traj: Trajectory, step: int, action: str, seed: int) -> str:
+    """The expert's reply at ``step``: a think template (picked by ``seed``, the task and the
+    step, as :class:`serl.rollout.expert.AlfWorldPlannerExpert` picks it) and ``action``."""
+    tpl = _rng(seed, traj.task.task_id, step).choice(ALFWORLD_THINK)
+    return format_response(tpl.format(task=_task_phrase(traj.task_text), action=action), action)
+
+
+def _meta(traj: Trajectory, source: str, step: int, **kw: Any) -> dict[str, Any]:
+    return {"env": traj.task.env_name, "task_id": traj.task.task_id, "task_type": traj.task.task_type,
+            "source": source, "step": step, "episode_won": bool(traj.won), "prompt_truncated": False, **kw}
+
+
+def _conversation(traj: Trajectory, upto: int, weight: int) -> list[dict[str, Any]]:
+    """The chat of steps ``< upto``: each step's user turn and the policy's reply with ``weight``."""
+    msgs: list[dict[str, Any]] = []
+    for s in traj.steps[:upto]:
+        msgs += [{"role": "user", "content": s.prompt}, {"role": "assistant", "content": s.response_text, "weight": weight}]
+    return msgs
+
+
+def _is_conversation(traj: Trajectory) -> bool:
+    fmts = {s.prompt_format for s in traj.steps}
+    if not fmts <= {"conversation", "chat"}:
+        raise ValueError(f"dagger rows: trajectory {traj.traj_uid} has prompt format(s) {sorted(fmts)}; "
+                         "only ALFWorld's step ('chat') and conversation layouts are supported")
+    return fmts == {"conversation"}
+
+
+def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0,
+                keep_won: bool = False) -> list[dict[str, Any]]:
+    """The SFT rows of one trajectory (module docstring): up to ``rows_per_episode`` states where
+    the policy went wrong, each with the expert's reply; with ``keep_won`` and a won episode, the
+    episode itself too (conversation: one row, every reply weight 1; step layout: a row per step).
+
+    Each row also holds ``env``, ``task_id``, ``task_type``, ``source`` (:data:`ROW_SOURCES`),
+    ``step``, ``episode_won``, and for a DAgger row ``policy_action`` / ``expert_action``.
+
+    Raises:
+        ValueError: ``rows_per_episode < 0``, or steps of another prompt format (e.g. math).
+    """
+    if rows_per_episode < 0:
+        raise ValueError(f"rows_per_episode must be >= 0, got {rows_per_episode}")
+    if not traj.steps:
+        return []
+    conv = _is_conversation(traj)
+    rows: list[dict[str, Any]] = []
+    wrong = [t for t, (lab, plan) in enumerate(zip(step_labels(traj), state_plans(traj))) if lab is False and plan]
+    if wrong and rows_per_episode:
+        rng = random.Random(f"serl-dagger/{seed}/{traj.traj_uid}")
+        picked = sorted([wrong[0]] + rng.sample(wrong[1:], min(len(wrong) - 1, rows_per_episode - 1)))
+        plans = state_plans(traj)
+        for t in picked:
+            action, s = plans[t][0], traj.steps[t]
+            reply = expert_reply(traj, t, action, seed)
+            meta = _meta(traj, "dagger", t, policy_action=s.action, expert_action=action)
+            if conv:
+                msgs = _conversation(traj, t, 0) + [{"role": "user", "content": s.prompt},
+                                                     {"role": "assistant", "content": reply}]
+                rows.append({**meta, "messages": msgs})
+            else:
+                rows.append({**meta, "messages": [{"role": "user", "content": s.prompt}], "response": reply})
+    if keep_won and traj.won:
+        if conv:
+            rows.append({**_meta(traj, "won", len(traj.steps) - 1), "messages": _conversation(traj, len(traj.steps), 1)})
+        else:
+            rows += [{**_meta(traj, "won", t), "messages": [{"role": "user", "content": s.prompt}],
+                      "response": s.response_text} for t, s in enumerate(traj.steps)]
+    return rows
+
+
+@dataclass
+class DaggerSummary:
+    """What :func:`dagger_rows` made of a set of trajectories (``serl data dagger`` prints it)."""
+
+    episodes: int = 0
+    won: int = 0
+    steps: int = 0
+    #: steps with a label / labelled right / labelled wrong
+    labelled: int = 0
+    right: int = 0
+    wrong: int = 0
+    #: rows made, by source
+    rows: dict[str, int] = field(default_factory=lambda: {s: 0 for s in ROW_SOURCES})
+    #: per task type: [episodes, won, steps labelled, right]
+    by_type: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, traj: Trajectory, rows: list[dict[str, Any]]) -> None:
+        """Count one trajectory and its rows."""
+        labels = [x for x in step_labels(traj) if x is not None]
+        self.episodes += 1
+        self.won += int(traj.won)
+        self.steps += len(traj.steps)
+        self.labelled += len(labels)
+        self.right += sum(labels)
+        self.wrong += len(labels) - sum(labels)
+        for r in rows:
+            self.rows[r["source"]] += 1
+        t = self.by_type.setdefault(traj.task.task_type, [0, 0, 0, 0])
+        t[0] += 1
+        t[1] += int(traj.won)
+        t[2] += len(labels)
+        t[3] += sum(labels)
