@@ -13,6 +13,11 @@ turns list the admissible actions that ``env.turn_actions`` selects: ``all``, ``
   Per layout: prompt tokens of the first step, tokens each later step appends, the episode's
   update tokens (the step layout: every step's prompt and reply; the conversation: the one row),
   and the 50-step episode's projected length against SmolLM2's 8,192-token context.
+* ``flops`` (no model weights, CPU-independent): the forward FLOPs of the update rows of both
+  layouts on the same episodes cut to ``--flops-steps`` lengths (projections and MLP per token,
+  causal attention per row, the LM head on the replies), and their ratio: the floor under the
+  ``update`` part's seconds ratio, since the conversation's long rows spend more of their FLOPs in
+  attention, which runs no faster than the projections.
 * ``update``: the trainer's own update (:class:`serl.train.update.PolicyUpdate`, the default
   recipe's LoRA policy, dtype and micro-batching) on the same scripted episodes in both layouts
   (advantage +1 / −1 alternately per episode), timed apart: seconds and tokens per episode.
@@ -131,6 +136,54 @@ def tokens_part(tok, episodes: list[dict]) -> dict:
     return out
 
 
+def row_flops(cfg, prompt_len: int, reply_len: int) -> dict[str, float]:
+    """Forward FLOPs (2 per multiply-add) of one update row of a Llama-style model ``cfg``: the
+    projections and MLP on every token, causal attention (``QKᵀ`` and ``AV``: position ``c``
+    attends to ``c`` keys), the LM head on the reply tokens only (serl's update computes logits
+    where the loss is). The backward pass costs about twice the forward in both layouts."""
+    h, n, layers = cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers
+    hd = getattr(cfg, "head_dim", None) or h // n
+    kv = cfg.num_key_value_heads * hd
+    length = prompt_len + reply_len
+    linear = 2 * layers * (h * n * hd + 2 * h * kv + n * hd * h + 3 * h * cfg.intermediate_size) * length
+    attention = 2 * 2 * layers * n * hd * length * (length + 1) / 2
+    head = 2 * h * cfg.vocab_size * reply_len
+    return {"linear": linear, "attention": attention, "head": head}
+
+
+def flops_part(tok, model_config, episodes: list[dict], lengths: list[int]) -> dict:
+    """Forward FLOPs per episode of each layout on the scripted episodes cut to ``T`` steps (those
+    that last at least ``T``), and the ratio conversation / step: what the update's compute would be
+    if every FLOP cost the same, so the floor of the measured seconds ratio."""
+    out = {}
+    for T in lengths:
+        eps = [dict(e, steps=e["steps"][:T]) for e in episodes if len(e["steps"]) >= T]
+        if not eps:
+            continue
+        row: dict = {"episodes": len(eps)}
+        for layout, ta in [("step", "all")] + [("conversation", t) for t in TURN_ACTIONS]:
+            total = defaultdict(float)
+            for ep in eps:
+                rows = layout_rows(tok, ep, layout, ta, 10**6)
+                if layout == "conversation":  # one packed row: the last prompt holds every earlier reply
+                    rows = [(rows[-1][0], rows[-1][1])]
+                    replies = sum(len(r) for _, r in layout_rows(tok, ep, layout, ta, 10**6))
+                    f = row_flops(model_config, len(rows[0][0]) + len(rows[0][1]) - replies, replies)
+                    for k, v in f.items():
+                        total[k] += v
+                else:
+                    for p, r in rows:
+                        for k, v in row_flops(model_config, len(p), len(r)).items():
+                            total[k] += v
+            name = layout if layout == "step" else f"conversation/{ta}"
+            row[name] = {k: v / len(eps) / 1e9 for k, v in total.items()}
+            row[name]["total"] = sum(row[name].values())
+        for ta in TURN_ACTIONS:
+            row[f"ratio/{ta}"] = row[f"conversation/{ta}"]["total"] / row["step"]["total"]
+        out[str(T)] = row
+    return out
+
+
 def update_part(trainer, tok, episodes: list[dict], turn_actions: str, repeats: int) -> dict:
     """Seconds of the trainer's update on the scripted episodes, both layouts (interleaved)."""
     from serl.train.batch import UpdateBatch
@@ -200,7 +253,9 @@ def rollout_part(trainer, cfg, tasks: list, n: int, steps: int, turn_actions: st
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--parts", default="tokens", help="comma list of tokens,update,rollout")
+    ap.add_argument("--parts", default="tokens", help="comma list of tokens,flops,update,rollout")
+    ap.add_argument("--flops-steps", default="5,10,14,20,30,40,50",
+                    help="flops: episode lengths T (steps) to count the layouts' FLOPs at")
     ap.add_argument("--games", type=int, default=30)
     ap.add_argument("--max-steps", type=int, default=50)
     ap.add_argument("--explore", type=float, default=0.5)
@@ -240,6 +295,16 @@ def main(argv=None) -> None:
     if "tokens" in parts:
         results["tokens"] = tokens_part(tok, episodes)
         print(json.dumps(results["tokens"], indent=1), flush=True)
+    if "flops" in parts:
+        from transformers import AutoConfig
+
+        model_config = AutoConfig.from_pretrained(resolve_model_path(cfg.model.path))
+        results["flops"] = flops_part(tok, model_config, episodes, [int(x) for x in args.flops_steps.split(",")])
+        for T, row in results["flops"].items():
+            print(f"T={T} ({row['episodes']} episodes): step {row['step']['total']:.0f} GFLOP/episode; "
+                  + ", ".join(f"conversation/{ta} {row[f'conversation/{ta}']['total']:.0f} "
+                              f"(attention {row[f'conversation/{ta}']['attention']:.0f}) = {row[f'ratio/{ta}']:.2f}x"
+                              for ta in TURN_ACTIONS), flush=True)
     if parts & {"update", "rollout"}:
         from serl.train.trainer import Trainer
 
