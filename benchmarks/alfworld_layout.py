@@ -166,15 +166,13 @@ def flops_part(tok, model_config, episodes: list[dict], lengths: list[int]) -> d
             for ep in eps:
                 rows = layout_rows(tok, ep, layout, ta, 10**6)
                 if layout == "conversation":  # one packed row: the last prompt holds every earlier reply
-                    rows = [(rows[-1][0], rows[-1][1])]
-                    replies = sum(len(r) for _, r in layout_rows(tok, ep, layout, ta, 10**6))
-                    f = row_flops(model_config, len(rows[0][0]) + len(rows[0][1]) - replies, replies)
-                    for k, v in f.items():
-                        total[k] += v
+                    replies = sum(len(r) for _, r in rows)
+                    rows = [(len(rows[-1][0]) + len(rows[-1][1]) - replies, replies)]
                 else:
-                    for p, r in rows:
-                        for k, v in row_flops(model_config, len(p), len(r)).items():
-                            total[k] += v
+                    rows = [(len(p), len(r)) for p, r in rows]
+                for p, r in rows:
+                    for k, v in row_flops(model_config, p, r).items():
+                        total[k] += v
             name = layout if layout == "step" else f"conversation/{ta}"
             row[name] = {k: v / len(eps) / 1e9 for k, v in total.items()}
             row[name]["total"] = sum(row[name].values())

@@ -123,11 +123,11 @@ def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0,
         return []
     conv = _is_conversation(traj)
     rows: list[dict[str, Any]] = []
-    wrong = [t for t, (lab, plan) in enumerate(zip(step_labels(traj), state_plans(traj))) if lab is False and plan]
+    plans = state_plans(traj)
+    wrong = [t for t, (lab, plan) in enumerate(zip(step_labels(traj), plans)) if lab is False and plan]
     if wrong and rows_per_episode:
         rng = random.Random(f"serl-dagger/{seed}/{traj.traj_uid}")
         picked = sorted([wrong[0]] + rng.sample(wrong[1:], min(len(wrong) - 1, rows_per_episode - 1)))
-        plans = state_plans(traj)
         for t in picked:
             action, s = plans[t][0], traj.steps[t]
             reply = expert_reply(traj, t, action, seed)
@@ -154,14 +154,18 @@ class DaggerSummary:
     episodes: int = 0
     won: int = 0
     steps: int = 0
-    #: steps with a label / labelled right / labelled wrong
+    #: steps with a label / labelled right
     labelled: int = 0
     right: int = 0
-    wrong: int = 0
     #: rows made, by source
     rows: dict[str, int] = field(default_factory=lambda: {s: 0 for s in ROW_SOURCES})
     #: per task type: [episodes, won, steps labelled, right]
     by_type: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def wrong(self) -> int:
+        """Steps labelled wrong."""
+        return self.labelled - self.right
 
     def add(self, traj: Trajectory, rows: list[dict[str, Any]]) -> None:
         """Count one trajectory and its rows."""
@@ -171,7 +175,6 @@ class DaggerSummary:
         self.steps += len(traj.steps)
         self.labelled += len(labels)
         self.right += sum(labels)
-        self.wrong += len(labels) - sum(labels)
         for r in rows:
             self.rows[r["source"]] += 1
         t = self.by_type.setdefault(traj.task.task_type, [0, 0, 0, 0])
