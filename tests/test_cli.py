@@ -89,9 +89,6 @@ def test_eval_builds_the_trainers_rollout_engine(tiny_model_dir, tmp_path, capsy
     assert (name, mbs, device) == ("hf", 2, "cpu")
     assert options["seed"] == 3 and options["max_model_len"] == 708 and options["model_path"] == str(tiny_model_dir)
     assert options["enable_prefix_caching"] is False and options["gpu_memory_utilization"] == 0.15
-    import psutil  # on CPU vLLM's KV cache gets that share of the machine's RAM, in bytes
-
-    assert options["kv_cache_memory_bytes"] == int(0.15 * psutil.virtual_memory().total)
     assert "rollout engine hf (rollout.engine=hf, device cpu)" in capsys.readouterr().err
 
 

