@@ -13,7 +13,8 @@ Phases (each one resumable: a finished phase is skipped, an interrupted run cont
    states it got wrong, and ``serl sft`` fine-tunes it on the aggregate (``expert.jsonl`` or
    ``--dagger-data``, and every round's rows so far). Departure: each round continues from the
    previous round's model, where DAgger retrains from scratch. Each round's model gets the start
-   panels (``dagger<R>``); the last is the RL start;
+   panels (``dagger<R>``); the last is the RL start. With ``--jobs`` > 1 the SFT model's start
+   panels run beside the rounds;
 3. ``rl``      — for each algorithm and seed, ``serl train`` from the SFT model for
    ``--iterations`` iterations (0: none, the cold start's panels alone), in chunks of
    ``--eval-every``; after each chunk (and at the SFT start) the policy is evaluated on a fixed
@@ -258,7 +259,8 @@ class Experiment:
             if not rows.exists():
                 keep = ["--keep-won"] if self.a.dagger_keep_won else []
                 self.serl("data", "dagger", str(play / "trajectories.jsonl"), "--out", str(rows),
-                          "--rows-per-episode", str(self.a.dagger_rows_per_episode), *keep, "--seed", str(r))
+                          "--rows-per-episode", str(self.a.dagger_rows_per_episode), *keep,
+                          "--labels", self.a.dagger_labels, "--seed", str(r))
             if not data.exists():  # DAgger's aggregate: the expert rows and every round's rows so far
                 parts = [Path(x) for x in (self.a.dagger_data, self.w / "expert.jsonl") if x and Path(x).exists()]
                 parts += [self.w / "dagger" / f"r{k}" / "rows.jsonl" for k in range(1, r + 1)]
@@ -365,16 +367,22 @@ class Experiment:
         cfg = load_config(self.a.recipe, [x for x in self.a.override])
         return len(cfg.env.task_types) or 6
 
-    def rl(self, model: Path, sft: Path) -> None:
-        """Seed by seed, chunk by chunk, the algorithms side by side, so that an interrupted
-        experiment has comparable points of every algorithm for every finished (seed, chunk).
-        RL starts from ``model``; ``sft`` (the same but after DAgger rounds) gets the start panels."""
+    def start_panels(self, sft: Path) -> list:
+        """The start panels' calls: the base model (``--base-eval``), the SFT model ``sft`` and
+        ``--compare-model`` (each skipped when done)."""
         starts = [lambda: self.evaluate("sft", 0, [*self.common(), f"model.path={sft}"])]
         if self.a.base_eval:
             starts.insert(0, lambda: self.evaluate("base", 0, [*self.common(), *self.base()]))
         if self.a.compare_model:
             starts.append(lambda: self.evaluate("compare", 0, [*self.common(), f"model.path={self.a.compare_model}",
                                                               *self.a.compare_override]))
+        return starts
+
+    def rl(self, model: Path, sft: Path) -> None:
+        """Seed by seed, chunk by chunk, the algorithms side by side, so that an interrupted
+        experiment has comparable points of every algorithm for every finished (seed, chunk).
+        RL starts from ``model``; ``sft`` (the same but after DAgger rounds) gets the start panels."""
+        starts = self.start_panels(sft)
         chunks = [(seed, target) for seed in self.a.seeds
                   for target in range(self.a.eval_every, self.a.iterations + 1, self.a.eval_every)]
         if self.a.jobs <= 1:
@@ -452,7 +460,11 @@ class Experiment:
                         model, source = self.sft(), "expert+sft"
                     sft = model
                 elif phase == "dagger" and self.a.dagger_rounds:
-                    model = self.dagger(sft)
+                    # with --jobs, the start panels (which do not depend on the rounds) beside them
+                    last: list[Path] = []
+                    beside = self.start_panels(sft) if self.a.jobs > 1 else []
+                    self.side_by_side([lambda: last.append(self.dagger(sft)), *beside])
+                    model = last[0]
                     source += f"+dagger{self.a.dagger_rounds}"
                 elif phase == "rl":
                     self.start_model(model, source)

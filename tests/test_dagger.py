@@ -18,7 +18,8 @@ from serl.envs.base import Task
 from serl.envs.pool import EnvPool
 from serl.errors import ConfigError, SerlError
 from serl.rollout.collector import Collector
-from serl.rollout.dagger import DaggerSummary, dagger_rows, state_plans, step_labels
+from serl.rollout.dagger import (DaggerSummary, dagger_rows, is_exploring, label_is_seen, labelled_states,
+                                 state_plans, step_labels)
 from serl.rollout.engine import SamplingParams
 from serl.rollout.expert import ALFWORLD_THINK, _task_phrase, format_response
 from serl.train.sft_data import read_rows
@@ -144,6 +145,57 @@ def test_step_layout_rows_and_the_cap_per_episode():
         dagger_rows(math)
 
 
+def _search_traj():
+    """A lost conversation episode of 'put a pen on shelf' (the pen is on the desk), by hand: the
+    planner's plan from each state, and what each step is."""
+    room = "You are in the middle of a room. Looking quickly around you, you see a bed 1, a desk 1, a drawer 1, and a shelf 1."
+    go = ["go to bed 1", "go to desk 1", "go to drawer 1", "go to shelf 1"]
+    fetch = ["go to desk 1", "take pen 1 from desk 1", "go to shelf 1", "move pen 1 to shelf 1"]
+    steps = [  # (action, user turn, admissible actions, plan from the next state)
+        ("go to bed 1", room, go, fetch),  # 0: a search, wrong only for the omniscient planner
+        ("take pen 1 from bed 1", "You arrive at bed 1. On the bed 1, you see a pillow 1.", go, fetch),  # 1: not there
+        ("go to drawer 1", "Nothing happens.", go, fetch),  # 2: a search again
+        ("open drawer 1", "You arrive at drawer 1. The drawer 1 is closed.", go + ["open drawer 1"], fetch),  # 3: a search
+        ("go to bed 1", "You open the drawer 1. In it, you see nothing.", go + ["close drawer 1"], fetch),  # 4: a revisit
+        ("go to desk 1", "You arrive at bed 1. On the bed 1, you see a pillow 1.", go, fetch[1:]),  # 5: right
+        ("go to drawer 1", "You arrive at desk 1. On the desk 1, you see a pen 1.", go + ["take pen 1 from desk 1"], fetch),
+        ("go to shelf 1", "You arrive at drawer 1. The drawer 1 is open. In it, you see nothing.", go, fetch),  # 7: pen seen
+    ]
+    t = Trajectory(uid="g", traj_uid="s1", task=Task("alfworld", "game-3", "pick_and_place_simple"), task_text="put a pen on shelf")
+    t.extra["expert_plan0"] = fetch
+    t.steps = [Step(step_id=i, observation="", prompt=p, prompt_ids=[1], response_ids=[2], response_text=f"reply {i}",
+                    action_mask=[1], action=a, action_valid=True, admissible_actions=adm, info={"expert_plan": nxt},
+                    prompt_format="conversation") for i, (a, p, adm, nxt) in enumerate(steps)]
+    return t
+
+
+def test_seen_labels_drop_the_searches_only_the_planner_calls_wrong():
+    t = _search_traj()
+    assert step_labels(t) == [False, False, False, False, False, True, False, False]
+    assert labelled_states(t, "all") == [0, 1, 2, 3, 4, 6, 7]
+    # dropped: 0, 2, 3 (searches while the pen was unseen); kept: 1 (a take of what is not there),
+    # 4 (a revisit), 6 (leaving the pen it sees), 7 (a search, but the pen was seen: go back for it)
+    assert labelled_states(t, "seen") == [1, 4, 6, 7]
+    rows = dagger_rows(t, rows_per_episode=9, labels="seen")
+    assert [(r["step"], r["policy_action"], r["expert_action"]) for r in rows] == [
+        (1, "take pen 1 from bed 1", "go to desk 1"), (4, "go to bed 1", "go to desk 1"),
+        (6, "go to drawer 1", "take pen 1 from desk 1"), (7, "go to shelf 1", "go to desk 1")]
+    assert [m["content"] for m in rows[0]["messages"][::2]] == [t.steps[0].prompt, t.steps[1].prompt]
+    summary = DaggerSummary()
+    summary.add(t, rows, "seen")
+    assert (summary.wrong, summary.eligible, summary.rows["dagger"]) == (7, 4, 4)
+    seen = "You arrive at desk 1. On the desk 1, you see a pen 10."
+    assert not label_is_seen(["go to desk 1", "take pen 1 from desk 1"], seen)  # pen 10 is not pen 1
+    assert label_is_seen(["go to desk 1", "take pen 1 from desk 1"], seen.replace("pen 10", "pen 1."))
+    assert not label_is_seen(["go to fridge 1", "open fridge 1", "take apple 1 from fridge 1"], "")
+    assert label_is_seen(["go to fridge 1", "open fridge 1", "move apple 1 to fridge 1"], "")  # in hand: to the goal
+    assert label_is_seen(["take pen 1 from desk 1"], "") and label_is_seen(["go to shelf 1"], "")
+    assert not is_exploring("open drawer 1", ["open drawer 1"], "You arrive at bed 1.")  # not where it stands
+    assert not is_exploring("go to bed 2", ["go to bed 1"], "")  # inadmissible
+    with pytest.raises(ValueError, match="labels must be one of"):
+        labelled_states(t, "none")
+
+
 def test_weight_key_of_conversation_rows(tmp_path):
     ok = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "weight": 0},
                        {"role": "user", "content": "c"}, {"role": "assistant", "content": "d", "weight": 1}]}
@@ -195,3 +247,7 @@ def test_serl_data_dagger_command(played, tmp_path, capsys):
     assert serl_main(["data", "dagger", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
     assert "no trajectories file" in capsys.readouterr().err
     assert read_rows(out) == rows  # a failed command leaves the earlier output alone
+    write_jsonl(src, [_search_traj()])
+    assert serl_main(["data", "dagger", str(src), "--out", str(out), "--labels", "seen", "--rows-per-episode", "9"]) == 0
+    assert "7 wrong, 4 of them not a search only the planner calls wrong" in capsys.readouterr().out
+    assert [r["step"] for r in read_rows(out)] == [1, 4, 6, 7]

@@ -700,7 +700,7 @@ def test_alfworld_dagger_rounds_play_label_aggregate_and_fine_tune(tmp_path, mon
     extra.write_text('{"expert": 1}\n')
     work = tmp_path / "w"
     args = ["--workdir", str(work), "--sft-model", str(model), "--dagger-rounds", "2", "--dagger-tasks", "6",
-            "--dagger-data", str(extra), "--dagger-keep-won", "--dagger-override", "env.max_steps=20",
+            "--dagger-data", str(extra), "--dagger-keep-won", "--dagger-labels", "seen", "--dagger-override", "env.max_steps=20",
             "--iterations", "0", "--seeds", "0", "--splits", "valid_unseen", "--compare-model", "old"]
     fake = FakeSerl()
     _run(parse_args(args), fake, monkeypatch)
@@ -710,7 +710,7 @@ def test_alfworld_dagger_rounds_play_label_aggregate_and_fine_tune(tmp_path, mon
                             "rollout.val_temperature=1.0", "rollout.val_n=1", "env.max_steps=20", "--split", "train",
                             "--num-tasks", "6", "--seed", str(1000 + r), "--out", str(d / "play")]
     rows = lambda r, d: ["data", "dagger", str(d / "play" / "trajectories.jsonl"), "--out", str(d / "rows.jsonl"),  # noqa: E731
-                         "--rows-per-episode", "2", "--keep-won", "--seed", str(r)]
+                         "--rows-per-episode", "2", "--keep-won", "--labels", "seen", "--seed", str(r)]
     calls = [c for c in fake.calls if not (c[0] == "eval" and "/eval/" in c[-1])]
     assert calls[0] == play(model, 1, d1) and calls[1] == rows(1, d1)
     assert calls[2][:5] == ["sft", "--data", str(d1 / "data.jsonl"), "recipe=cpu_learn", f"model.path={model}"]
@@ -728,6 +728,35 @@ def test_alfworld_dagger_rounds_play_label_aggregate_and_fine_tune(tmp_path, mon
     assert again.calls == []
     with pytest.raises(SystemExit):
         parse_args(["--env", "math", "--dagger-rounds", "1"])
+
+
+def test_alfworld_dagger_with_jobs_runs_the_start_panels_beside_the_rounds(tmp_path, monkeypatch):
+    """With ``--jobs 2`` the SFT model's start panel does not wait for the DAgger round: the
+    round's fine-tuning waits here until that panel has started (sequentially it never would)."""
+    import threading
+
+    import learning_report
+
+    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
+    model = tmp_path / "cold"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    started, waited = threading.Event(), []
+
+    class Beside(FakeSerl):
+        def __call__(self, exp, *argv, seconds=0):
+            if argv[0] == "eval" and "/eval/sft/" in argv[-1]:
+                started.set()
+            if argv[0] == "sft":
+                waited.append(started.wait(10))
+            return super().__call__(exp, *argv, seconds=seconds)
+
+    fake = Beside()
+    _run(parse_args(["--workdir", str(tmp_path / "w"), "--sft-model", str(model), "--dagger-rounds", "1",
+                     "--iterations", "0", "--seeds", "0", "--splits", "valid_unseen", "--jobs", "2"]), fake, monkeypatch)
+    assert waited == [True]
+    assert sorted(c[-1].split("/eval/")[1] for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]) == [
+        "dagger1/it000_valid_unseen", "sft/it000_valid_unseen"]
 
 
 def test_alfworld_report_start_policies_by_hand(tmp_path):
@@ -832,7 +861,9 @@ def test_dagger_leg_plays_labels_fine_tunes_and_compares_without_rl(tmp_path, mo
     for x in ("recipe=cpu_conversation", "env.alfworld.expert=planner", "rollout.val_temperature=1.0", "env.max_steps=20"):
         assert x in play
     assert play[play.index("--num-tasks") + 1] == "120" and play[play.index("--split") + 1] == "train"
-    assert "--keep-won" in fake.calls[1]
+    rows = fake.calls[1]
+    assert "--keep-won" in rows and rows[rows.index("--labels") + 1] == "seen"
+    assert rows[rows.index("--rows-per-episode") + 1] == "4"
     (sft,) = [c for c in fake.calls if c[0] == "sft"]
     assert "sft.epochs=1" in sft and f"model.path={cold}" in sft
     got = {(Path(c[-1]).parent.name, Path(c[-1]).name) for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}

@@ -26,7 +26,15 @@ Rows, by the step's ``prompt_format``:
 
 Which states: those whose action is wrong (:func:`step_labels` False) and whose plan is known, at
 most ``rows_per_episode`` per episode: the first mistake always, the others drawn at random (seeded
-per trajectory). A right step is already what the policy does. With ``keep_won`` a won episode is
+per trajectory). A right step is already what the policy does.
+
+Departure (``labels="seen"``, a serl option; DAgger and BUTLER label every state): the planner
+sees the whole game, so at a state where the agent has not yet found the object it needs, the
+planner's ``go to`` the receptacle that holds it is a guess from the agent's side (the imitation
+gap of an omniscient expert), and the agent's own ``go to`` another receptacle it has not searched
+is no mistake; a first round on serl's cold start taught mostly such first-step ``go to`` guesses
+and made the policy cycle among receptacles. With ``labels="seen"`` such states get no row
+(:func:`labelled_states`). With ``keep_won`` a won episode is
 also kept whole with every reply trained (weight 1): the "iterated action modeling" round of Micheli
 & Fleuret, "Language Models are Few-Shot Butlers" (arXiv 2104.07972, Sec. 3.3).
 """
@@ -34,6 +42,7 @@ also kept whole with every reply trained (weight 1): the "iterated action modeli
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -42,6 +51,11 @@ from serl.trajectory import Trajectory
 
 #: the ``source`` of a row: a state the expert labelled, or a won episode kept whole
 ROW_SOURCES = ("dagger", "won")
+#: which wrong states get a row: every one, or not a search that only an omniscient expert calls wrong (:func:`labelled_states`)
+LABEL_MODES = ("all", "seen")
+
+_FOUND = re.compile(r"^(?:take (.+) from .+|use (.+))$")
+_ARRIVE = re.compile(r"You arrive at (.+?)\.")
 
 
 def step_labels(traj: Trajectory) -> list[Optional[bool]]:
@@ -77,6 +91,45 @@ def state_plans(traj: Trajectory) -> list[Optional[list[str]]]:
     return [list(p) if p else None for p in plans]
 
 
+def label_is_seen(plan: list[str], seen_text: str) -> bool:
+    """Whether an agent that has read ``seen_text`` could know the planner's next action ``plan[0]``.
+
+    Every action but ``go to`` is taken where the agent stands, on what it sees, and counts as
+    known. A ``go to R`` counts as known unless the plan goes there to fetch something, i.e. its
+    next action (after an ``open R``) is ``take X from R`` or ``use X``, and the object ``X`` (an
+    instance name such as ``apple 1``) does not appear in ``seen_text``. ``go to`` the sink, the
+    microwave, the fridge or the goal receptacle to act on an object in hand counts as known.
+
+    Args:
+        plan: the planner's plan from the state, first action first (non-empty).
+        seen_text: what the agent has read up to the state (its user turns: observations and
+            admissible actions).
+    """
+    if not plan[0].startswith("go to "):
+        return True
+    for action in plan[1:3]:
+        if action.startswith("open "):
+            continue
+        m = _FOUND.match(action)
+        if not m:
+            return True
+        obj = m.group(1) or m.group(2)
+        return re.search(rf"(?<![\w]){re.escape(obj)}(?!\d)", seen_text) is not None
+    return True
+
+
+def is_exploring(action: str, admissible: list[str], seen_text: str) -> bool:
+    """Whether ``action`` searches: an admissible ``go to`` a receptacle the agent has not been
+    at, or ``open`` the receptacle it stands at (read off the ``You arrive at R.`` observations
+    in ``seen_text``, the agent's user turns up to the state)."""
+    if action not in admissible:
+        return False
+    arrived = _ARRIVE.findall(seen_text)
+    if action.startswith("go to "):
+        return action[len("go to "):] not in arrived
+    return action.startswith("open ") and bool(arrived) and action[len("open "):] == arrived[-1]
+
+
 def expert_reply(traj: Trajectory, step: int, action: str, seed: int) -> str:
     """The expert's reply at ``step``: a think template (picked by ``seed``, the task and the
     step, as :class:`serl.rollout.expert.AlfWorldPlannerExpert` picks it) and ``action``."""
@@ -105,17 +158,41 @@ def _is_conversation(traj: Trajectory) -> bool:
     return fmts == {"conversation"}
 
 
+def labelled_states(traj: Trajectory, labels: str = "all") -> list[int]:
+    """The steps of ``traj`` that may get a DAgger row: wrong by :func:`step_labels`, with a plan,
+    and with ``labels="seen"`` not a search that only an omniscient expert calls wrong: a step is
+    dropped when the planner's label is one the agent could not know (:func:`label_is_seen`, on
+    the user turns of the steps up to and including that one) while the agent's own action was a
+    search (:func:`is_exploring`). So a ``take`` of an object that is not there, a revisit or an
+    inadmissible action still gets the planner's label; a first ``go to`` elsewhere does not.
+
+    Raises:
+        ValueError: ``labels`` not in :data:`LABEL_MODES`.
+    """
+    if labels not in LABEL_MODES:
+        raise ValueError(f"labels must be one of {LABEL_MODES}, got {labels!r}")
+    out, seen = [], ""
+    for t, (lab, plan, s) in enumerate(zip(step_labels(traj), state_plans(traj), traj.steps)):
+        seen += s.prompt + "\n"
+        if lab is False and plan and (labels == "all" or label_is_seen(plan, seen)
+                                      or not is_exploring(s.action, s.admissible_actions, seen)):
+            out.append(t)
+    return out
+
+
 def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0,
-                keep_won: bool = False) -> list[dict[str, Any]]:
+                keep_won: bool = False, labels: str = "all") -> list[dict[str, Any]]:
     """The SFT rows of one trajectory (module docstring): up to ``rows_per_episode`` states where
-    the policy went wrong, each with the expert's reply; with ``keep_won`` and a won episode, the
-    episode itself too (conversation: one row, every reply weight 1; step layout: a row per step).
+    the policy went wrong (:func:`labelled_states` with ``labels``), each with the expert's reply;
+    with ``keep_won`` and a won episode, the episode itself too (conversation: one row, every reply
+    weight 1; step layout: a row per step).
 
     Each row also holds ``env``, ``task_id``, ``task_type``, ``source`` (:data:`ROW_SOURCES`),
     ``step``, ``episode_won``, and for a DAgger row ``policy_action`` / ``expert_action``.
 
     Raises:
-        ValueError: ``rows_per_episode < 0``, or steps of another prompt format (e.g. math).
+        ValueError: ``rows_per_episode < 0``, ``labels`` not in :data:`LABEL_MODES`, or steps of
+            another prompt format (e.g. math).
     """
     if rows_per_episode < 0:
         raise ValueError(f"rows_per_episode must be >= 0, got {rows_per_episode}")
@@ -124,7 +201,7 @@ def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0,
     conv = _is_conversation(traj)
     rows: list[dict[str, Any]] = []
     plans = state_plans(traj)
-    wrong = [t for t, (lab, plan) in enumerate(zip(step_labels(traj), plans)) if lab is False and plan]
+    wrong = labelled_states(traj, labels)
     if wrong and rows_per_episode:
         rng = random.Random(f"serl-dagger/{seed}/{traj.traj_uid}")
         picked = sorted([wrong[0]] + rng.sample(wrong[1:], min(len(wrong) - 1, rows_per_episode - 1)))
@@ -157,6 +234,8 @@ class DaggerSummary:
     #: steps with a label / labelled right
     labelled: int = 0
     right: int = 0
+    #: wrong states that may get a row (:func:`labelled_states`; with ``labels="seen"`` fewer than ``wrong``)
+    eligible: int = 0
     #: rows made, by source
     rows: dict[str, int] = field(default_factory=lambda: {s: 0 for s in ROW_SOURCES})
     #: per task type: [episodes, won, steps labelled, right]
@@ -167,9 +246,10 @@ class DaggerSummary:
         """Steps labelled wrong."""
         return self.labelled - self.right
 
-    def add(self, traj: Trajectory, rows: list[dict[str, Any]]) -> None:
-        """Count one trajectory and its rows."""
+    def add(self, traj: Trajectory, rows: list[dict[str, Any]], label_mode: str = "all") -> None:
+        """Count one trajectory and its rows (made with ``labels=label_mode``)."""
         labels = [x for x in step_labels(traj) if x is not None]
+        self.eligible += len(labelled_states(traj, label_mode))
         self.episodes += 1
         self.won += int(traj.won)
         self.steps += len(traj.steps)
