@@ -7,7 +7,7 @@
                [--expert walkthrough|planner]   (alfworld)
     serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
                [--num-tasks N] [--seed N] [--data-dir DIR]
-    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen] [--seed N]
+    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen|search] [--seed N]
 
 The ``expert`` command of ALFWorld and WebShop resumes: each finished episode is appended to
 ``FILE.jsonl.partial`` as it ends, and a rerun of the same command skips the tasks found there
@@ -228,13 +228,13 @@ def cmd_data_dagger(args) -> int:
     """``serl data dagger``: SFT rows from the policy's own ALFWorld episodes, labelled by the
     planner at every state (:mod:`serl.rollout.dagger`)."""
     from serl.errors import SerlError
-    from serl.rollout.dagger import DaggerSummary, dagger_rows
+    from serl.rollout.dagger import DaggerSummary, dagger_rows, receptacle_prior
     from serl.rollout.expert import write_rows
     from serl.trajectory import read_jsonl
 
     if args.rows_per_episode < 0:
         raise SerlError(f"--rows-per-episode must be >= 0, got {args.rows_per_episode}")
-    rows, summary = [], DaggerSummary()
+    rows, summary, files = [], DaggerSummary(), []
     for path in args.trajectories:
         if not Path(path).is_file():
             raise SerlError(f"serl data dagger: no trajectories file {path} (write one with serl eval ... --out DIR: "
@@ -244,20 +244,25 @@ def cmd_data_dagger(args) -> int:
             raise SerlError(f"serl data dagger: {path} holds no planner labels: play the episodes with "
                             "env.alfworld.expert=planner (e.g. serl eval recipe=cpu_conversation "
                             "env.alfworld.expert=planner --split train --out DIR)")
-        for t in trajs:
-            made = dagger_rows(t, rows_per_episode=args.rows_per_episode, seed=args.seed, keep_won=args.keep_won,
-                               labels=args.labels)
-            summary.add(t, made, args.labels)
-            rows += made
+        files.append(trajs)
+    prior = receptacle_prior([t for trajs in files for t in trajs]) if args.labels == "search" else None
+    for t in (t for trajs in files for t in trajs):
+        made = dagger_rows(t, rows_per_episode=args.rows_per_episode, seed=args.seed, keep_won=args.keep_won,
+                           labels=args.labels, prior=prior)
+        summary.add(t, made, args.labels)
+        rows += made
     write_rows(args.out, rows)
     s = summary
     print(f"serl data dagger: {s.episodes} episodes ({s.won} won), {s.steps} steps, {s.labelled} labelled: "
           f"{s.right} right by the planner ({s.right / max(1, s.labelled):.1%}), {s.wrong} wrong"
-          + (f", {s.eligible} of them not a search only the planner calls wrong (--labels seen)"
-             if args.labels == "seen" else ""))
+          + (f", {s.eligible} of them not a search only the planner calls wrong (--labels {args.labels})"
+             if args.labels != "all" else ""))
     for ty, (eps, won, lab, right) in sorted(s.by_type.items()):
         print(f"  {ty:<36} {won}/{eps} won, {right}/{lab} steps right")
-    print(f"  rows: {s.rows['dagger']} expert-labelled states" + (f", {s.rows['won']} won episodes" if args.keep_won else "")
+    searched = sum(r.get("label") == "search" for r in rows)
+    print(f"  rows: {s.rows['dagger']} expert-labelled states"
+          + (f" ({searched} with a search's label)" if args.labels == "search" else "")
+          + (f", {s.rows['won']} won episodes" if args.keep_won else "")
           + f"; written to {args.out}")
     return 0
 
@@ -334,9 +339,12 @@ def add_data_parser(sub) -> None:
     dg.add_argument("--keep-won", action="store_true",
                     help="also keep each won episode whole, every reply trained (iterated action modeling, "
                     "arXiv 2104.07972)")
-    dg.add_argument("--labels", choices=["all", "seen"], default="all",
+    dg.add_argument("--labels", choices=["all", "seen", "search"], default="all",
                     help="which wrong states get a row: all (DAgger's), or seen: not those where the agent searched (a go to "
                     "a receptacle it has not been at, or open the one it is at) and the planner's label goes to "
-                    "fetch an object the agent has not seen (the planner sees the whole game)")
+                    "fetch an object the agent has not seen (the planner sees the whole game); search: as seen, and "
+                    "where the planner's label fetches an unseen object, a search's label instead (open where it "
+                    "stands, else go to the unvisited receptacle that the plans of these games find that object "
+                    "type in most often)")
     dg.add_argument("--seed", type=int, default=0, help="picks the states after the first mistake and the think templates")
     dg.set_defaults(fn=cmd_data_dagger)

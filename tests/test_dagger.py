@@ -7,6 +7,7 @@ command's output and errors."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -19,7 +20,7 @@ from serl.envs.pool import EnvPool
 from serl.errors import ConfigError, SerlError
 from serl.rollout.collector import Collector
 from serl.rollout.dagger import (DaggerSummary, dagger_rows, is_exploring, label_is_seen, labelled_states,
-                                 state_plans, step_labels)
+                                 receptacle_prior, search_action, state_plans, step_labels)
 from serl.rollout.engine import SamplingParams
 from serl.rollout.expert import ALFWORLD_THINK, _task_phrase, format_response
 from serl.train.sft_data import read_rows
@@ -196,6 +197,22 @@ def test_seen_labels_drop_the_searches_only_the_planner_calls_wrong():
         labelled_states(t, "none")
 
 
+def test_search_labels_replace_the_planners_guess_with_a_search():
+    t = _search_traj()
+    assert receptacle_prior([t]) == {"pen": Counter({"desk": 1})}  # the plan from the initial state
+    prior = {"pen": Counter({"drawer": 2, "desk": 1, "shelf": 2})}  # less this game's own desk: 0
+    rows = dagger_rows(t, rows_per_episode=9, labels="search", prior=prior)
+    assert [(r["step"], r["expert_action"], r["label"]) for r in rows] == [
+        (1, "go to drawer 1", "search"),  # at bed 1: drawer and shelf tie at 2, drawer first in the first turn's list
+        (4, "go to shelf 1", "search"),  # bed 1 and drawer 1 searched: shelf (2) before desk (0)
+        (6, "take pen 1 from desk 1", "planner"), (7, "go to desk 1", "planner")]  # the pen was seen
+    assert rows[0]["messages"][-1]["content"].endswith("<action>go to drawer 1</action>")
+    assert search_action(t, 3, prior) == "open drawer 1"  # standing at a closed drawer
+    assert search_action(t, 6, prior) is None  # the plan's next action is no go to
+    assert [r["expert_action"] for r in dagger_rows(t, rows_per_episode=9, labels="search")][:2] == [
+        "go to desk 1", "go to desk 1"]  # no prior: the first unvisited in the first turn's list
+
+
 def test_weight_key_of_conversation_rows(tmp_path):
     ok = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "weight": 0},
                        {"role": "user", "content": "c"}, {"role": "assistant", "content": "d", "weight": 1}]}
@@ -251,3 +268,5 @@ def test_serl_data_dagger_command(played, tmp_path, capsys):
     assert serl_main(["data", "dagger", str(src), "--out", str(out), "--labels", "seen", "--rows-per-episode", "9"]) == 0
     assert "7 wrong, 4 of them not a search only the planner calls wrong" in capsys.readouterr().out
     assert [r["step"] for r in read_rows(out)] == [1, 4, 6, 7]
+    assert serl_main(["data", "dagger", str(src), "--out", str(out), "--labels", "search", "--rows-per-episode", "9"]) == 0
+    assert "rows: 4 expert-labelled states (2 with a search's label)" in capsys.readouterr().out

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -51,8 +52,9 @@ from serl.trajectory import Trajectory
 
 #: the ``source`` of a row: a state the expert labelled, or a won episode kept whole
 ROW_SOURCES = ("dagger", "won")
-#: which wrong states get a row: every one, or not a search that only an omniscient expert calls wrong (:func:`labelled_states`)
-LABEL_MODES = ("all", "seen")
+#: which wrong states get a row: every one, or not a search that only an omniscient expert calls
+#: wrong (:func:`labelled_states`); ``search`` as ``seen``, with a search's label where the planner's is a guess
+LABEL_MODES = ("all", "seen", "search")
 
 _FOUND = re.compile(r"^(?:take (.+) from .+|use (.+))$")
 _ARRIVE = re.compile(r"You arrive at (.+?)\.")
@@ -91,6 +93,24 @@ def state_plans(traj: Trajectory) -> list[Optional[list[str]]]:
     return [list(p) if p else None for p in plans]
 
 
+def _fetched_object(plan: list[str]) -> Optional[str]:
+    """The object that a plan's first action, a ``go to``, goes to fetch: ``X`` of the ``take X
+    from R`` or ``use X`` after it (past an ``open R``); None otherwise."""
+    if not plan[0].startswith("go to "):
+        return None
+    for action in plan[1:3]:
+        if action.startswith("open "):
+            continue
+        m = _FOUND.match(action)
+        return (m.group(1) or m.group(2)) if m else None
+    return None
+
+
+def object_type(name: str) -> str:
+    """An ALFWorld instance name's type: ``"apple 1"`` -> ``"apple"``."""
+    return re.sub(r"\s+\d+$", "", name)
+
+
 def label_is_seen(plan: list[str], seen_text: str) -> bool:
     """Whether an agent that has read ``seen_text`` could know the planner's next action ``plan[0]``.
 
@@ -105,17 +125,53 @@ def label_is_seen(plan: list[str], seen_text: str) -> bool:
         seen_text: what the agent has read up to the state (its user turns: observations and
             admissible actions).
     """
-    if not plan[0].startswith("go to "):
-        return True
-    for action in plan[1:3]:
-        if action.startswith("open "):
-            continue
-        m = _FOUND.match(action)
-        if not m:
-            return True
-        obj = m.group(1) or m.group(2)
-        return re.search(rf"(?<![\w]){re.escape(obj)}(?!\d)", seen_text) is not None
-    return True
+    obj = _fetched_object(plan)
+    return obj is None or re.search(rf"(?<![\w]){re.escape(obj)}(?!\d)", seen_text) is not None
+
+
+def receptacle_prior(trajs: list[Trajectory]) -> dict[str, Counter]:
+    """Where objects are found: per object type, how often the planner's plan from a game's
+    initial state (``expert_plan0``) first takes it from each receptacle type, over ``trajs``."""
+    prior: dict[str, Counter] = {}
+    for t in trajs:
+        take = _first_take(t.extra.get("expert_plan0"))
+        if take:
+            prior.setdefault(object_type(take[0]), Counter())[object_type(take[1])] += 1
+    return prior
+
+
+def _first_take(plan: Optional[list[str]]) -> Optional[tuple[str, str]]:
+    for a in plan or []:
+        m = re.match(r"^take (.+) from (.+)$", a)
+        if m:
+            return m.group(1), m.group(2)
+    return None
+
+
+def search_action(traj: Trajectory, t: int, prior: dict[str, Counter]) -> Optional[str]:
+    """A search from the state of step ``t`` for the object the planner's plan goes to fetch, as
+    an agent that has not seen it must search: ``open R`` where it stands at a closed ``R``,
+    else ``go to`` the receptacle it has not been at whose type ``prior`` (:func:`receptacle_prior`,
+    less this game's own count) finds that object type in most often, ties in the order of the
+    first turn's admissible ``go to`` list. None when the plan fetches nothing or every
+    receptacle was visited."""
+    plan = state_plans(traj)[t]
+    obj = _fetched_object(plan) if plan else None
+    if obj is None:
+        return None
+    s, seen = traj.steps[t], "\n".join(x.prompt for x in traj.steps[: t + 1])
+    arrived = _ARRIVE.findall(seen)
+    if arrived and f"open {arrived[-1]}" in s.admissible_actions:
+        return f"open {arrived[-1]}"
+    counts = Counter(prior.get(object_type(obj), Counter()))
+    own = _first_take(traj.extra.get("expert_plan0"))
+    if own and object_type(own[0]) == object_type(obj) and counts[object_type(own[1])] > 0:
+        counts[object_type(own[1])] -= 1  # leave this game out of the prior it was counted in
+    rooms = [a[len("go to "):] for a in traj.steps[0].admissible_actions if a.startswith("go to ")]
+    todo = [r for r in rooms if r not in arrived and f"go to {r}" in s.admissible_actions]
+    if not todo:
+        return None
+    return "go to " + min(todo, key=lambda r: (-counts[object_type(r)], rooms.index(r)))
 
 
 def is_exploring(action: str, admissible: list[str], seen_text: str) -> bool:
@@ -180,15 +236,18 @@ def labelled_states(traj: Trajectory, labels: str = "all") -> list[int]:
     return out
 
 
-def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0,
-                keep_won: bool = False, labels: str = "all") -> list[dict[str, Any]]:
+def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0, keep_won: bool = False,
+                labels: str = "all", prior: Optional[dict[str, Counter]] = None) -> list[dict[str, Any]]:
     """The SFT rows of one trajectory (module docstring): up to ``rows_per_episode`` states where
     the policy went wrong (:func:`labelled_states` with ``labels``), each with the expert's reply;
     with ``keep_won`` and a won episode, the episode itself too (conversation: one row, every reply
-    weight 1; step layout: a row per step).
+    weight 1; step layout: a row per step). With ``labels="search"`` a state whose planner label
+    the agent could not know (:func:`label_is_seen`) gets :func:`search_action` with ``prior``
+    instead, where there is one.
 
     Each row also holds ``env``, ``task_id``, ``task_type``, ``source`` (:data:`ROW_SOURCES`),
-    ``step``, ``episode_won``, and for a DAgger row ``policy_action`` / ``expert_action``.
+    ``step``, ``episode_won``, and for a DAgger row ``policy_action`` / ``expert_action`` and
+    ``label`` (``planner`` or ``search``).
 
     Raises:
         ValueError: ``rows_per_episode < 0``, ``labels`` not in :data:`LABEL_MODES`, or steps of
@@ -206,9 +265,12 @@ def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0,
         rng = random.Random(f"serl-dagger/{seed}/{traj.traj_uid}")
         picked = sorted([wrong[0]] + rng.sample(wrong[1:], min(len(wrong) - 1, rows_per_episode - 1)))
         for t in picked:
-            action, s = plans[t][0], traj.steps[t]
+            action, s, label = plans[t][0], traj.steps[t], "planner"
+            if labels == "search" and not label_is_seen(plans[t], "\n".join(x.prompt for x in traj.steps[: t + 1])):
+                found = search_action(traj, t, prior or {})
+                action, label = (found, "search") if found else (action, label)
             reply = expert_reply(traj, t, action, seed)
-            meta = _meta(traj, "dagger", t, policy_action=s.action, expert_action=action)
+            meta = _meta(traj, "dagger", t, policy_action=s.action, expert_action=action, label=label)
             if conv:
                 msgs = _conversation(traj, t, 0) + [{"role": "user", "content": s.prompt},
                                                      {"role": "assistant", "content": reply}]
