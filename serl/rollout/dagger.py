@@ -151,8 +151,9 @@ def _first_take(plan: Optional[list[str]]) -> Optional[tuple[str, str]]:
 def search_action(traj: Trajectory, t: int, prior: dict[str, Counter]) -> Optional[str]:
     """A search from the state of step ``t`` for the object the planner's plan goes to fetch, as
     an agent that has not seen it must search: ``open R`` where it stands at a closed ``R``,
-    else ``go to`` the receptacle it has not been at whose type ``prior`` (:func:`receptacle_prior`,
-    less this game's own count) finds that object type in most often, ties in the order of the
+    else ``go to`` the receptacle it has not been at whose type ``prior`` (:func:`receptacle_prior`
+    of a set of games that holds this one, whose own count is left out) finds that object type in
+    most often, ties in the order of the
     first turn's admissible ``go to`` list. None when the plan fetches nothing or every
     receptacle was visited."""
     plan = state_plans(traj)[t]
