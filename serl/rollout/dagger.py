@@ -57,6 +57,7 @@ ROW_SOURCES = ("dagger", "won")
 LABEL_MODES = ("all", "seen", "search")
 
 _FOUND = re.compile(r"^(?:take (.+) from .+|use (.+))$")
+_TAKE = re.compile(r"^take (.+) from (.+)$")
 _ARRIVE = re.compile(r"You arrive at (.+?)\.")
 
 
@@ -142,7 +143,7 @@ def receptacle_prior(trajs: list[Trajectory]) -> dict[str, Counter]:
 
 def _first_take(plan: Optional[list[str]]) -> Optional[tuple[str, str]]:
     for a in plan or []:
-        m = re.match(r"^take (.+) from (.+)$", a)
+        m = _TAKE.match(a)
         if m:
             return m.group(1), m.group(2)
     return None
@@ -153,9 +154,8 @@ def search_action(traj: Trajectory, t: int, prior: dict[str, Counter]) -> Option
     an agent that has not seen it must search: ``open R`` where it stands at a closed ``R``,
     else ``go to`` the receptacle it has not been at whose type ``prior`` (:func:`receptacle_prior`
     of a set of games that holds this one, whose own count is left out) finds that object type in
-    most often, ties in the order of the
-    first turn's admissible ``go to`` list. None when the plan fetches nothing or every
-    receptacle was visited."""
+    most often, ties in the order of the first turn's admissible ``go to`` list. None when the
+    plan fetches nothing or every receptacle was visited."""
     plan = state_plans(traj)[t]
     obj = _fetched_object(plan) if plan else None
     if obj is None:
