@@ -160,7 +160,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from serl.rollout.engine import engine_options, make_engine
     from serl.train.checkpoint import load_newest_intact
     from serl.train.evaluate import evaluate_policy
-    from serl.trajectory import write_jsonl
+    from serl.errors import ConfigError
+    from serl.trajectory import Trajectory, write_jsonl
     from serl.utils import atomic_write_text, configure_cpu_threads
 
     recipe, overrides = _split_overrides(args.overrides)
@@ -185,9 +186,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
         **engine_options(cfg.rollout, path, dtype, device, cfg.data.max_prompt_length + cfg.data.max_response_length,
                          args.seed))
     print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {device})", file=sys.stderr)
-    res = evaluate_policy(cfg, engine, tok, split, n, greedy=args.greedy, seed=args.seed)
-    m = res["metrics"]
+    tasks_file = Path(args.out) if args.out and args.out.endswith(".jsonl") else None
+    out = Path(args.out) if args.out and tasks_file is None else \
+        (Path(args.run) if args.run else Path(cfg.trainer.output_dir)) / f"eval_{split}"
+    out.mkdir(parents=True, exist_ok=True)
     mode = "greedy" if args.greedy else f"sampled T={cfg.rollout.val_temperature}, seed={args.seed}"
+    journal = eval_journal(out, cfg, split, n, mode, source, engine_name)
+    done = [Trajectory.from_dict(e["trajectory"]) for e in journal.entries]
+    if done:
+        print(f"serl eval: resuming {journal.path}: {len(done)} episodes of finished chunks kept", file=sys.stderr)
+    try:
+        res = evaluate_policy(cfg, engine, tok, split, n, greedy=args.greedy, seed=args.seed, done=done,
+                              on_chunk=lambda new: journal.append(*({"trajectory": t.to_dict()} for t in new)))
+    except ValueError as e:
+        raise ConfigError(f"{journal.path}: {e}; delete it to start over") from e
+    m = res["metrics"]
     print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks, {mode}, model {source}")
     from serl.envs.base import row_layout
 
@@ -206,10 +219,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for k, v in m.items():  # the env's own episode metrics and the sample metrics (acc/mean@n, pass@k ...)
         if k not in shown and isinstance(v, (int, float)):
             print(f"  {k:<36} {v:.3f}")
-    tasks_file = Path(args.out) if args.out and args.out.endswith(".jsonl") else None
-    out = Path(args.out) if args.out and tasks_file is None else \
-        (Path(args.run) if args.run else Path(cfg.trainer.output_dir)) / f"eval_{split}"
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "metrics.json", json.dumps({"split": split, "mode": mode, "model": source, **m}, indent=2))
     write_jsonl(out / "trajectories.jsonl", res["trajectories"])
     lines = "".join(json.dumps({"split": split, "mode": mode, **task_result(t)}) + "\n" for t in res["trajectories"])
@@ -217,8 +226,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if tasks_file is not None:
         atomic_write_text(tasks_file, lines)
         print(f"  per-task results: {tasks_file}")
+    journal.remove()
     print(f"  written to {out}" + (" (serl report shows it)" if args.run else ""))
     return 0
+
+
+def eval_journal(out: Path, cfg, split: str, num_tasks: int, mode: str, model: str, engine: str):
+    """``serl eval``'s journal ``OUT/trajectories.jsonl.partial`` (:class:`serl.utils.Journal`): the
+    trajectories of each finished chunk, so that the same command, stopped and run again, goes on
+    from them. Its header is what decides the episodes: the split, task count, decoding, model,
+    engine and the config but ``trainer.*`` and ``env.num_workers``; a rerun with another is refused
+    (:class:`~serl.errors.ConfigError`)."""
+    from serl.config.recipes import config_to_dict
+    from serl.utils import Journal
+
+    conf = config_to_dict(cfg)
+    conf.pop("trainer", None)
+    conf.get("env", {}).pop("num_workers", None)
+    header = {"split": split, "num_tasks": num_tasks, "mode": mode, "model": model, "engine": engine, "config": conf}
+    return Journal(out / "trajectories.jsonl.partial", header, "serl eval")
 
 
 def task_result(traj) -> dict:
@@ -305,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data-dir", help="data folder (sets env.data_dir)")
     e.add_argument("--out", help="FILE.jsonl: also write the per-task results (one JSON line per task) there; "
                    "otherwise the output folder (default <run>/eval_<split> or <output_dir>/eval_<split>: "
-                   "metrics.json, trajectories.jsonl, tasks.jsonl)")
+                   "metrics.json, trajectories.jsonl, tasks.jsonl; while it runs trajectories.jsonl.partial, "
+                   "each finished chunk: the same command, stopped and run again, goes on from it)")
     e.set_defaults(fn=cmd_eval)
 
     r = sub.add_parser("report", help="one self-contained HTML page of runs: curves, evals, trajectories, SERL weights",
@@ -343,10 +370,12 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def _stop_hint(cmd: str) -> str:
-    """What a stopped command leaves: ``train`` and ``sft`` a resumable checkpoint, the others
-    nothing to resume."""
+    """What a stopped command leaves: ``train`` and ``sft`` a resumable checkpoint, ``eval`` its
+    journal of finished chunks, the others nothing to resume."""
     if cmd in ("train", "sft"):
         return "; the last checkpoint is intact (resume with --resume RUN_DIR)"
+    if cmd == "eval":
+        return "; serl eval kept its finished chunks: the same command again goes on from them"
     return f"; serl {cmd} has nothing to resume: run it again"
 
 

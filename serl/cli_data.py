@@ -182,7 +182,7 @@ def cmd_data_expert(args) -> int:
         with tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=f"serl data expert {args.env}",
                   unit="task", file=sys.stderr, dynamic_ncols=True) as bar:
             def on_episode(ep, _summary):
-                journal.append(ep, kept=is_kept(ep, args.min_score))
+                journal.record(ep, kept=is_kept(ep, args.min_score))
                 bar.update(1)
                 s = journal.summary()
                 bar.set_postfix_str(f"kept {s.kept}/{s.tasks}, {s.rows} rows")

@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic file writes, JSON lines, seeding, CPU thread policy."""
+"""Small shared helpers: atomic file writes, JSON lines, resumable journals, seeding, CPU thread policy."""
 
 from __future__ import annotations
 
@@ -38,6 +38,71 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             f.write(text)
 
     atomic_write(path, _w)
+
+
+class Journal:
+    """An append-only JSON-lines file that makes a long command resumable: a header line
+    ``{"journal": header}`` naming the command's arguments, then one line per finished unit of work
+    (an episode, a chunk's trajectory), each appended, flushed and fsynced, so a stopped run loses at
+    most the unit in flight. A last line cut by a kill is dropped when the journal is opened.
+    ``serl data expert`` (:class:`serl.rollout.expert_journal.ExpertJournal`) and ``serl eval`` keep one.
+
+    Args:
+        path: the journal file; created (with its header) if missing.
+        header: the command's arguments (JSON-serialisable); must equal an existing journal's.
+        what: the command, for error messages (e.g. ``serl eval``).
+
+    Raises:
+        ConfigError: ``path`` holds the journal of a run with other arguments, or is not a
+            journal of ``what``.
+    """
+
+    def __init__(self, path: str | Path, header: dict[str, Any], what: str):
+        self.path, self.what = Path(path), what
+        self.header = json.loads(json.dumps(header))  # as it reads back (tuples as lists)
+        self.entries: list[dict[str, Any]] = []
+        if self.path.exists():
+            self._load()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write("w", {"journal": self.header, "command": what})
+
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        good, lines = 0, []  # byte offset after the last complete, parseable line
+        for raw in data.splitlines(keepends=True):
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                lines.append(json.loads(raw))
+            except ValueError:
+                break
+            good += len(raw)
+        if not lines or not isinstance(lines[0], dict) or "journal" not in lines[0] or \
+                lines[0].get("command", self.what) != self.what:
+            raise ConfigError(f"{self.path} is not a {self.what} journal; move it away or pick another --out")
+        if lines[0]["journal"] != self.header:
+            raise ConfigError(f"{self.path} holds a run with other arguments ({lines[0]['journal']}); rerun that "
+                              "command to finish it, or delete the file to start over")
+        if good < len(data):  # a line cut by a kill: drop it, so that appends start on a line of their own
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+        self.entries = lines[1:]
+
+    def _write(self, mode: str, *records: dict[str, Any]) -> None:
+        with open(self.path, mode, encoding="utf-8") as f:
+            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append(self, *entries: dict[str, Any]) -> None:
+        """Record finished units of work (one line each, written together, flushed and fsynced)."""
+        self._write("a", *entries)
+        self.entries.extend(json.loads(json.dumps(e, ensure_ascii=False)) for e in entries)
+
+    def remove(self) -> None:
+        """Delete the journal (once its results are written out)."""
+        self.path.unlink(missing_ok=True)
 
 
 def jsonl_lines(lines: str | Iterable[str]) -> Iterator[tuple[int, str, Any, Optional[str]]]:

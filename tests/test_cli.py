@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from serl.cli import main
 
 
@@ -65,6 +67,59 @@ def test_eval_reports_success_per_task_type(tiny_model_dir, tmp_path, capsys):
     m = json.loads((out / "metrics.json").read_text())
     assert m["num_tasks"] == 2 and 0.0 <= m["success_rate"] <= 1.0
     assert (out / "trajectories.jsonl").read_text().count("\n") == 2
+
+
+def test_eval_stopped_after_a_chunk_goes_on_from_its_journal(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    # a stopped serl eval used to lose every task it had played (a 134-game ALFWorld panel ran out
+    # of time at turn 17 of 50 on a GPU lease); now each finished chunk is journalled, and the same
+    # command run again plays only the rest, to the same episodes as an unstopped run
+    import serl.cli as cli
+    from serl.utils import Journal
+
+    overrides = [f"model.path={tiny_model_dir}", "data.max_response_length=8", "rollout.engine=hf",
+                 "rollout.micro_batch_size=2"]
+    argv = [*overrides, "env.max_steps=2", "--split", "valid_unseen", "--num-tasks", "4", "--greedy"]
+    assert main(["eval", *argv, "--out", str(tmp_path / "whole")]) == 0
+    out = tmp_path / "stopped"
+    real = Journal.append
+
+    def append_then_stop(self, *entries):
+        real(self, *entries)
+        raise cli.Terminated()
+
+    monkeypatch.setattr(Journal, "append", append_then_stop)
+    assert main(["eval", *argv, "--out", str(out)]) == 143
+    journal = out / "trajectories.jsonl.partial"
+    assert len(journal.read_text().splitlines()) == 1 + 2  # the header and the first chunk's 2 episodes
+    assert not (out / "metrics.json").exists()
+    assert "the same command again goes on" in capsys.readouterr().err
+    monkeypatch.setattr(Journal, "append", real)
+    # another config is refused, not mixed in
+    assert main(["eval", *overrides, "env.max_steps=3", *argv[len(overrides) + 1:], "--out", str(out)]) == 2
+    assert "other arguments" in capsys.readouterr().err
+    assert main(["eval", *argv, "--out", str(out)]) == 0
+    assert "resuming" in capsys.readouterr().err and not journal.exists()
+
+    def episodes(d):
+        return [(t["task"]["task_id"], [s["action"] for s in t["steps"]])
+                for t in map(json.loads, (d / "trajectories.jsonl").read_text().splitlines())]
+
+    assert episodes(out) == episodes(tmp_path / "whole") and len(episodes(out)) == 4
+    assert json.loads((out / "metrics.json").read_text())["num_tasks"] == 4
+
+
+def test_evaluate_policy_refuses_finished_trajectories_of_other_tasks():
+    from serl.configure import load_config
+    from serl.train.evaluate import evaluate_policy
+    from serl.trajectory import Task, Trajectory
+
+    cfg = load_config("cpu", ["rollout.micro_batch_size=2"])
+    other = Trajectory(uid="u", traj_uid="t", task=Task("alfworld", "not/a/panel/game", "pick_and_place_simple"),
+                       task_text="", steps=[])
+    with pytest.raises(ValueError, match="not whole chunks"):
+        evaluate_policy(cfg, None, None, "valid_unseen", 4, greedy=True, done=[other, other])
+    with pytest.raises(ValueError, match="not whole chunks"):  # half a chunk
+        evaluate_policy(cfg, None, None, "valid_unseen", 4, greedy=True, done=[other])
 
 
 def test_eval_builds_the_trainers_rollout_engine(tiny_model_dir, tmp_path, capsys, monkeypatch):

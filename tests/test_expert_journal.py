@@ -22,13 +22,13 @@ def _ep(i: int, won: bool = True, steps: int = 3) -> ExpertEpisode:
 def test_journal_records_resumes_and_refuses_other_arguments(tmp_path):
     path = tmp_path / "x.jsonl.partial"
     j = ExpertJournal(path, {"seed": 0, "shard": (0, 1)})
-    j.append(_ep(0), kept=True)
-    j.append(_ep(1, won=False, steps=5), kept=False)
+    j.record(_ep(0), kept=True)
+    j.record(_ep(1, won=False, steps=5), kept=False)
     with open(path, "a") as f:  # a line cut by a kill
         f.write('{"task_id": "game2", "ro')
     j2 = ExpertJournal(path, {"seed": 0, "shard": [0, 1]})
     assert j2.done() == {"game0", "game1"}
-    j2.append(_ep(2, steps=2), kept=True)  # starts on a line of its own
+    j2.record(_ep(2, steps=2), kept=True)  # starts on a line of its own
     assert [json.loads(line)["task_id"] for line in path.read_text().splitlines()[1:]] == ["game0", "game1", "game2"]
     s = j2.summary()
     assert (s.tasks, s.won, s.kept, s.rows) == (3, 2, 2, 5)

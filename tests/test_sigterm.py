@@ -77,10 +77,14 @@ def test_a_stopped_command_without_checkpoints_does_not_point_at_resume(monkeypa
     def stopped(args):
         raise cli.Terminated()
 
-    monkeypatch.setattr(cli, "cmd_eval", stopped)
+    monkeypatch.setattr(cli, "cmd_report", stopped)
+    assert cli.main(["report", "runs/x"]) == 143
+    err = capsys.readouterr().err
+    assert "serl: terminated (SIGTERM)" in err and "serl report has nothing to resume" in err and "--resume" not in err
+    monkeypatch.setattr(cli, "cmd_eval", stopped)  # serl eval keeps a journal of its finished chunks
     assert cli.main(["eval"]) == 143
     err = capsys.readouterr().err
-    assert "serl: terminated (SIGTERM)" in err and "serl eval has nothing to resume" in err and "--resume" not in err
+    assert "the same command again goes on from them" in err and "--resume" not in err
     monkeypatch.setattr(cli, "cmd_sft", stopped)
     assert cli.main(["sft"]) == 143
     assert "resume with --resume RUN_DIR" in capsys.readouterr().err

@@ -11,17 +11,16 @@ ones included.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
-from serl.errors import ConfigError
 from serl.rollout.expert import ExpertEpisode, ExpertSummary
+from serl.utils import Journal
 
 
-class ExpertJournal:
-    """Append-only record of one ``serl data expert`` run's finished episodes.
+class ExpertJournal(Journal):
+    """Append-only record of one ``serl data expert`` run's finished episodes
+    (:class:`serl.utils.Journal`: header, fsynced appends, a cut last line dropped).
 
     Args:
         path: the journal file (``<out>.partial``); created if missing.
@@ -33,53 +32,17 @@ class ExpertJournal:
     """
 
     def __init__(self, path: str | Path, header: dict[str, Any]):
-        self.path = Path(path)
-        self.header = json.loads(json.dumps(header))  # as it reads back (tuples as lists)
-        self.entries: list[dict[str, Any]] = []
-        if self.path.exists():
-            self._load()
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "w", encoding="utf-8") as f:
-                f.write(json.dumps({"journal": self.header}) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-
-    def _load(self) -> None:
-        data = self.path.read_bytes()
-        good, lines = 0, []  # byte offset after the last complete, parseable line
-        for raw in data.splitlines(keepends=True):
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                lines.append(json.loads(raw))
-            except ValueError:
-                break
-            good += len(raw)
-        if not lines or not isinstance(lines[0], dict) or "journal" not in lines[0]:
-            raise ConfigError(f"{self.path} is not a serl data expert journal; move it away or pick another --out")
-        if lines[0]["journal"] != self.header:
-            raise ConfigError(f"{self.path} holds a run with other arguments ({lines[0]['journal']}); rerun that "
-                              "command to finish it, or delete the file to start over")
-        if good < len(data):  # a line cut by a kill: drop it, so that appends start on a line of their own
-            with open(self.path, "r+b") as f:
-                f.truncate(good)
-        self.entries = lines[1:]
+        super().__init__(path, header, "serl data expert")
 
     def done(self) -> set[str]:
         """Task ids already played."""
         return {e["task_id"] for e in self.entries}
 
-    def append(self, ep: ExpertEpisode, kept: bool) -> None:
+    def record(self, ep: ExpertEpisode, kept: bool) -> None:
         """Record one finished episode (its rows only if ``kept``), flushed and fsynced."""
-        entry = {"task_id": ep.task.task_id, "task_type": ep.task.task_type, "won": bool(ep.won),
-                 "gave_up": bool(ep.gave_up), "task_score": float(ep.task_score), "steps": int(ep.steps),
-                 "kept": bool(kept), "rows": ep.rows if kept else []}
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.entries.append(entry)
+        self.append({"task_id": ep.task.task_id, "task_type": ep.task.task_type, "won": bool(ep.won),
+                     "gave_up": bool(ep.gave_up), "task_score": float(ep.task_score), "steps": int(ep.steps),
+                     "kept": bool(kept), "rows": ep.rows if kept else []})
 
     def summary(self) -> ExpertSummary:
         """The counts of :func:`serl.rollout.expert.collect_expert` over every recorded episode."""
@@ -99,7 +62,3 @@ class ExpertJournal:
         if missing:
             raise KeyError(f"{len(missing)} tasks not played yet, e.g. {missing[0]}")
         return [r for t in task_ids for r in by_id[t]["rows"]]
-
-    def remove(self) -> None:
-        """Delete the journal (after its rows were written out)."""
-        self.path.unlink(missing_ok=True)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from serl.config import Config
 from serl.envs.base import Task, get_env_class
@@ -42,7 +42,8 @@ def eval_sampling(cfg: Config, greedy: bool = False, seed: Optional[int] = None)
 
 
 def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int = -1, greedy: bool = False,
-                    seed: Optional[int] = 0, progress: bool = True) -> dict[str, Any]:
+                    seed: Optional[int] = 0, progress: bool = True, done: Sequence[Trajectory] = (),
+                    on_chunk: Optional[Callable[[list[Trajectory]], None]] = None) -> dict[str, Any]:
     """Success rate overall and per task type on ``split``: ``rollout.val_n`` episodes per task
     when sampling (one when ``greedy``).
 
@@ -53,33 +54,71 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
     "trajectories": [...]}`` (task order, a task's ``val_n`` episodes together); with
     ``val_n > 1`` the metrics also hold verl's ``acc/mean@n``, ``acc/best@k/*``, ``acc/maj@k/*``
     and ``acc/pass@k`` (:func:`serl.train.sample_metrics.aggregate_sample_metrics`).
-    """
-    from tqdm.auto import tqdm
 
+    Resuming (``serl eval`` keeps a journal of finished chunks): ``done`` holds a stopped
+    evaluation's trajectories of its first whole chunks, in order; their tasks are not played
+    again, and every later chunk holds the same tasks and seed as it would have, so a resumed
+    evaluation plays what an unstopped one plays. ``on_chunk`` gets each newly played chunk's
+    trajectories as soon as the chunk ends.
+
+    Raises:
+        ValueError: ``done`` is not whole chunks of this evaluation's first tasks (another split,
+            ``num_tasks``, ``rollout.micro_batch_size`` or ``rollout.val_n``).
+    """
     tasks = eval_subset(env_pool.list_tasks(cfg, split), num_tasks)
     n = 1 if greedy else cfg.rollout.val_n
     chunk = max(1, min(cfg.rollout.micro_batch_size // n, len(tasks)))
+    played = _finished_tasks(tasks, done, chunk, n)
+    trajs: list[Trajectory] = list(done)
+    if played < len(tasks):
+        trajs += _play_chunks(cfg, engine, tokenizer, split, tasks[played:], chunk, n, played, greedy, seed,
+                              progress, on_chunk)
+    return {"metrics": eval_metrics(cfg, trajs, n), "trajectories": trajs}
+
+
+def _finished_tasks(tasks: list[Task], done: Sequence[Trajectory], chunk: int, n: int) -> int:
+    """How many of ``tasks`` the finished trajectories ``done`` played (``n`` each, whole chunks of
+    ``chunk`` tasks from the start); raises ``ValueError`` when they are not that."""
+    played = len(done) // n
+    if len(done) % n or played > len(tasks) or (played % chunk and played != len(tasks)) or \
+            [t.task.task_id for t in done] != [t.task_id for t in tasks[:played] for _ in range(n)]:
+        raise ValueError(f"the {len(done)} finished trajectories are not whole chunks of {chunk} tasks × {n} "
+                         f"episodes from the start of this evaluation's {len(tasks)} tasks")
+    return played
+
+
+def _play_chunks(cfg: Config, engine, tokenizer, split: str, tasks: list[Task], chunk: int, n: int, first: int,
+                 greedy: bool, seed: Optional[int], progress: bool,
+                 on_chunk: Optional[Callable[[list[Trajectory]], None]]) -> list[Trajectory]:
+    """Play ``tasks`` (the evaluation's tasks from index ``first`` on) in chunks of ``chunk`` envs ×
+    ``n`` episodes, seeding each chunk with ``seed`` + its first task's index; see
+    :func:`evaluate_policy`."""
+    from tqdm.auto import tqdm
+
     trajs: list[Trajectory] = []
     pool = env_pool.make_pool(cfg, chunk * n)
     try:
         collector = env_pool.rollout_loop(cfg, pool, engine, tokenizer)
-        with tqdm(total=len(tasks), desc=f"serl eval {split}", unit="task", disable=not progress,
-                  file=sys.stderr, dynamic_ncols=True) as bar:
-            for k in range(0, len(tasks), chunk):
-                part = tasks[k : k + chunk]
+        with tqdm(total=first + len(tasks), initial=first, desc=f"serl eval {split}", unit="task",
+                  disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+            for i in range(0, len(tasks), chunk):
+                part = tasks[i : i + chunk]
                 padded = part + [part[-1]] * (chunk - len(part))  # the pool has a fixed size
 
                 def step_progress(step, active, _bar=bar):
                     _bar.set_postfix_str(f"turn {step}, {active} active")
 
-                params = eval_sampling(cfg, greedy, None if seed is None else seed + k)
+                params = eval_sampling(cfg, greedy, None if seed is None else seed + first + i)
                 groups = collector.collect(padded, n, params, step_progress)
-                trajs.extend(t for g in groups[: len(part)] for t in g.trajectories)
+                new = [t for g in groups[: len(part)] for t in g.trajectories]
+                trajs.extend(new)
+                if on_chunk is not None:
+                    on_chunk(new)
                 bar.update(len(part))
     finally:
         pool.close()
         release_engine_cache(engine)
-    return {"metrics": eval_metrics(cfg, trajs, n), "trajectories": trajs}
+    return trajs
 
 
 def eval_metrics(cfg: Config, trajs: list[Trajectory], n: int = 1) -> dict[str, float]:
