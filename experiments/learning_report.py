@@ -34,6 +34,7 @@ from learning_options import command_line  # noqa: E402
 from learning_stats import (load_panel, load_train, mcnemar_p, mean_std, moving_average, paired_counts_p,  # noqa: E402
                             panel_won, run_ends, seed_band, serl_weight_stats)
 
+from serl.envs.alfworld import is_loop  # noqa: E402
 from serl.utils import cpu_model  # noqa: E402
 
 
@@ -238,15 +239,10 @@ def _panel_rows(workdir: Path, policy: str, label: str) -> list[dict]:
     return rows
 
 
-def is_loop(actions: list[str]) -> bool:
-    """A lost episode counted as a loop: at least 6 steps with at most 3 distinct actions."""
-    return len(actions) >= 6 and len(set(actions)) <= 3
-
-
 def start_table(workdir: Path, splits: list[str]) -> list[str]:
     """The start policies (the SFT start, and ``--compare-model`` as ``compare``) on every panel
     split: games won, success per task type, mean steps of the won games, loops among the lost
-    (:func:`is_loop`); then the SFT start against ``compare`` paired game by game (exact McNemar,
+    (:func:`serl.envs.alfworld.is_loop`); then the SFT start against ``compare`` paired game by game (exact McNemar,
     :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
     rounds = sorted((d.name for d in (workdir / "eval").glob("dagger*") if d.name[6:].isdigit()), key=lambda n: int(n[6:]))
     names = {"sft": "SFT start", **{r: f"DAgger round {r[6:]}" for r in rounds}, "compare": "compared model"}

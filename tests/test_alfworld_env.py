@@ -228,3 +228,29 @@ def test_every_fixture_game_is_won_by_its_walkthrough(env):
             for action in walkthrough(task):
                 r = env.step(action)
             assert r.won and r.done and r.reward == 10.0, task.task_id
+
+
+def test_episode_metrics_by_hand():
+    # serl eval prints these beside the success rate: steps to win, and how the lost games lost
+    from serl.envs.alfworld import AlfWorldEnv, is_loop
+    from serl.trajectory import Step, Trajectory
+
+    def episode(actions, won=False):
+        steps = [Step(step_id=i, observation="", prompt="", prompt_ids=[1], response_ids=[2], response_text=a,
+                      action_mask=[1], action=a, action_valid=True, won=won and i == len(actions) - 1)
+                 for i, a in enumerate(actions)]
+        return Trajectory(uid="u", traj_uid=str(len(actions)), task=Task("alfworld", "g", "pick_and_place_simple"),
+                          steps=steps)
+
+    won = episode(["go to desk 1", "take pen 1 from desk 1", "go to shelf 1", "put pen 1 in/on shelf 1"], won=True)
+    stuck = episode(["go to desk 1"] + ["take pen 1 from desk 1"] * 5)  # 6 steps, 2 distinct: a loop, 4 repeats
+    wander = episode(["go to desk 1", "go to shelf 1", "go to bed 1", "go to desk 1", "open drawer 1",
+                      "go to drawer 2", "look"])  # 7 steps, 6 distinct: no loop; 4 places gone to
+    m = AlfWorldEnv.episode_metrics([won, stuck, wander])
+    assert m["alfworld_steps_to_win"] == 4.0
+    assert m["alfworld_loop_rate"] == 0.5
+    assert m["alfworld_repeat_rate"] == 4 / 13
+    assert m["alfworld_receptacles_visited"] == (1 + 4) / 2
+    assert is_loop([s.action for s in stuck.steps]) and not is_loop(["a"] * 5)
+    assert set(AlfWorldEnv.episode_metrics([won])) == {"alfworld_steps_to_win"}
+    assert "alfworld_steps_to_win" not in AlfWorldEnv.episode_metrics([stuck])

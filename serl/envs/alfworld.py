@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from serl.envs.alfworld_expert import EXPERT_KINDS, AlfWorldPlanner, PlannerError, PlannerStats  # noqa: F401
 from serl.envs.base import BaseTextEnv, EnvError, StepResult, Task
@@ -184,6 +184,13 @@ def check_config(env_cfg: Any) -> None:
     expert = opts.get("expert")
     if expert is not None and expert not in EXPERT_KINDS:
         raise ConfigError(f"env.alfworld.expert: must be null or one of {list(EXPERT_KINDS)}, got {expert!r}")
+
+
+def is_loop(actions: Sequence[str]) -> bool:
+    """A lost episode counted as a loop: at least 6 steps with at most 3 distinct actions (serl's
+    definition: the shipped cold start's failure, one inadmissible ``take`` sent until the step
+    limit, and cycles between two or three actions)."""
+    return len(actions) >= 6 and len(set(actions)) <= 3
 
 
 class AlfWorldEnv(BaseTextEnv):
@@ -471,3 +478,26 @@ class AlfWorldEnv(BaseTextEnv):
         if not games:
             raise EnvError(f"ALFWorld split folder {folder} holds no */*/{GAME_FILE} files. {_HOW_TO_GET_DATA}")
         return [Task(env_name="alfworld", task_id=str(p), task_type=task_type_of(p)) for p in games]
+
+    # -- metrics -------------------------------------------------------------------------
+    @classmethod
+    def episode_metrics(cls, trajectories: Sequence[Any]) -> dict[str, float]:
+        """How episodes were won and lost, beside the success rate (serl's, for ALFWorld's reports):
+        ``alfworld_steps_to_win``, the mean steps of the won episodes; over the lost ones,
+        ``alfworld_loop_rate`` (the share that loop, :func:`is_loop`), ``alfworld_repeat_rate``
+        (the share of their steps whose action repeats the step before) and
+        ``alfworld_receptacles_visited`` (the mean number of distinct places they sent ``go to``:
+        a room has about 13–27). A key is absent when no episode is won, or none is lost."""
+        won = [t for t in trajectories if t.won]
+        lost = [[s.action for s in t.steps] for t in trajectories if not t.won]
+        out: dict[str, float] = {}
+        if won:
+            out["alfworld_steps_to_win"] = sum(len(t.steps) for t in won) / len(won)
+        if lost:
+            out["alfworld_loop_rate"] = sum(is_loop(a) for a in lost) / len(lost)
+            out["alfworld_repeat_rate"] = sum(sum(x == y for x, y in zip(a, a[1:])) for a in lost) / \
+                max(1, sum(len(a) for a in lost))
+            out["alfworld_receptacles_visited"] = sum(len({x[6:] for x in a if x.startswith("go to ")})
+                                                      for a in lost) / len(lost)
+        return out
+
