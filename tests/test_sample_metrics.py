@@ -208,3 +208,21 @@ def test_aggregate_several_sources_adds_per_source_keys():
 def test_aggregate_bad_input(records, match):
     with pytest.raises(ValueError, match=match):
         aggregate_sample_metrics(records)
+
+
+def test_eval_metrics_of_an_env_without_answers_have_no_majority_vote():
+    # ALFWorld's episodes carry no answer (info["pred"]), so maj@k read 0.0 whatever the games did
+    from serl.configure import load_config
+    from serl.train.evaluate import eval_metrics
+    from serl.trajectory import Step, Task, Trajectory
+
+    def episode(task_id, won):
+        step = Step(step_id=0, observation="", prompt="", prompt_ids=[1], response_ids=[2], response_text="look",
+                    action_mask=[1], action="look", action_valid=True, won=won)
+        return Trajectory(uid=task_id, traj_uid=f"{task_id}{won}", task=Task("alfworld", task_id, "look_at_obj_in_light"),
+                          steps=[step])
+
+    m = eval_metrics(load_config("cpu"), [episode("a", True), episode("a", False), episode("b", False),
+                                          episode("b", False)], n=2)
+    assert m["acc/mean@2"] == 0.25 and m["acc/pass@2"] == 0.5
+    assert not [k for k in m if "maj@" in k]

@@ -126,7 +126,8 @@ def eval_metrics(cfg: Config, trajs: list[Trajectory], n: int = 1) -> dict[str, 
     success and the env's own episode metrics of the evaluation episodes ``trajs``; with ``n > 1``
     episodes per task (consecutive in ``trajs``), the sample metrics of
     :func:`~serl.train.sample_metrics.aggregate_sample_metrics`, a sample's answer being its last
-    step's ``info["pred"]`` (the math env's extracted answer; None elsewhere)."""
+    step's ``info["pred"]`` (the math env's extracted answer; None elsewhere, and then no ``maj@k``,
+    which would read 0 for want of answers)."""
     steps = [s for t in trajs for s in t.steps]
     metrics = {"success_rate": sum(t.won for t in trajs) / max(1, len(trajs)), "num_tasks": len(trajs) // n,
                "valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps)),
@@ -137,5 +138,8 @@ def eval_metrics(cfg: Config, trajs: list[Trajectory], n: int = 1) -> dict[str, 
         records = [(trajs[i].task.task_id, trajs[i].task.task_type,
                     [(t.won, t.steps[-1].info.get("pred") if t.steps else None) for t in trajs[i : i + n]])
                    for i in range(0, len(trajs), n)]
-        metrics.update(aggregate_sample_metrics(records))
+        agg = aggregate_sample_metrics(records)
+        if all(pred is None for _, _, samples in records for _, pred in samples):  # no answers to vote on
+            agg = {k: v for k, v in agg.items() if "/maj@" not in k}  # (ALFWorld, WebShop): no maj@k
+        metrics.update(agg)
     return metrics
