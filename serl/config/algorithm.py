@@ -160,6 +160,11 @@ class SerlConfig:
     #: same and the serl_action_mask/* weight metrics cover the scored rows only. false: every
     #: row with a context is scored, as the original (and its metrics over all of them)
     skip_zero_advantage_rows: bool = True
+    #: true (serl's default): on conversation-layout rows (env.prompt_layout=conversation) the
+    #: teacher scores a row on the keys and values of its common prefix with the row before (the
+    #: episode's chat up to the step's own turn), so a T-step episode costs it O(T) tokens, not
+    #: O(T²); the same log-probs up to float rounding. false: every row's whole prompt runs
+    teacher_prefix_reuse: bool = True
     dont_reprompt_on_self_success: bool = True
     remove_thinking_from_demonstration: bool = True
     #: cap on the steps rendered in a successful-sample / judge trajectory (0 = all)

@@ -1,6 +1,7 @@
 """Log-probs of the rows' sampled tokens under a frozen model: :class:`Scorer`.
 
-One inference pass (:func:`score_logprobs`, the one scoring loop for a frozen model) over an
+One inference pass (:func:`score_logprobs`, the one scoring loop for a frozen model; for chats
+whose rows extend each other, :func:`score_logprobs_reusing_prefixes`) over an
 :class:`~serl.train.batch.UpdateBatch` in length-grouped micro-batches, split over the ranks of a multi-process run: SERL's teacher (with its own
 prompts), the KL reference and the behaviour ("old") log-probs all go through it. Not here: what
 the teacher is shown (:mod:`serl.train.serl_pass`), the update's own forward (:mod:`serl.train.update`).
@@ -12,9 +13,12 @@ from contextlib import nullcontext
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import torch
+from transformers.cache_utils import Cache
 
 from serl.config import Config
-from serl.train.batch import UpdateBatch, collate, length_buckets, response_logprobs
+from serl.rollout.prefill import CACHE_ARG, PreallocatedLayer
+from serl.rollout.turn_cache import MIN_REUSE
+from serl.train.batch import UpdateBatch, _token_logprobs, collate, length_buckets, response_logprobs
 from serl.train.distributed import Distributed
 
 
@@ -34,11 +38,13 @@ class Scorer:
         self.cfg, self.pad_id, self.device, self.dist, self.autocast = cfg, pad_id, device, dist, autocast
 
     def score(self, model, batch: UpdateBatch, label: Optional[str] = None, pbar=None,
-              prompt_ids: Optional[list[list[int]]] = None, autocast: bool = False) -> list[torch.Tensor]:
+              prompt_ids: Optional[list[list[int]]] = None, autocast: bool = False,
+              reuse_prefixes: bool = False, stats: Optional[dict[str, int]] = None) -> list[torch.Tensor]:
         """:func:`score_logprobs` of ``batch`` under ``model``; one ``[resp_len]``
         float32 tensor per row. ``prompt_ids`` replaces the rows' prompts (the teacher's
         privileged prompts); ``autocast`` scores under the update's autocast (the policy's old
-        log-probs); ``label`` names the pass in ``pbar``'s postfix."""
+        log-probs); ``reuse_prefixes`` scores with :func:`score_logprobs_reusing_prefixes` (its
+        token counts added to ``stats``, this rank's rows); ``label`` names the pass in ``pbar``'s postfix."""
         progress = None
         if pbar is not None and label:
             def progress(k: int, n: int) -> None:
@@ -47,6 +53,11 @@ class Scorer:
         def score(idx: list[int]) -> list[torch.Tensor]:  # N > 1: rows r, r+N, ... on rank r, then gathered
             part = batch if len(idx) == len(batch) else batch.select(idx)
             prompts = None if prompt_ids is None or len(idx) == len(batch) else [prompt_ids[i] for i in idx]
+            if reuse_prefixes:
+                return score_logprobs_reusing_prefixes(
+                    model, part, temperature=self.cfg.rollout.temperature, device=self.device,
+                    prompt_ids=prompt_ids if prompts is None else prompts,
+                    autocast=self.autocast if autocast else nullcontext, progress=progress, stats=stats)
             return score_logprobs(model, part, self.cfg.actor.log_prob_micro_batch_size_per_gpu,
                                   pad_id=self.pad_id, temperature=self.cfg.rollout.temperature,
                                   device=self.device, prompt_ids=prompt_ids if prompts is None else prompts,
@@ -110,3 +121,91 @@ def score_logprobs(
                 out[i] = lp[j, : len(r)].float().cpu()
             done += len(idx)
     return out  # type: ignore[return-value]
+
+
+def score_logprobs_reusing_prefixes(
+    model, batch: UpdateBatch, *, temperature: float = 1.0, device: Any = "cpu",
+    prompt_ids: Optional[list[list[int]]] = None, autocast: Callable[[], ContextManager] = nullcontext,
+    progress: Optional[Callable[[int, int], None]] = None, stats: Optional[dict[str, int]] = None,
+) -> list[torch.Tensor]:
+    """:func:`score_logprobs` one row at a time in row order, each row starting from the keys and
+    values of its longest common prefix with the row before (that row's prompt and response; used
+    when at least :data:`~serl.rollout.turn_cache.MIN_REUSE` tokens), so only the rest runs.
+
+    Made for SERL's teacher on conversation-layout rows: row ``t + 1`` of an episode begins with
+    the chat up to step ``t``'s user turn, which row ``t`` ran too (its privileged turn differs),
+    so each row runs about two turns instead of the whole chat, O(T) tokens for a T-step episode
+    instead of O(T²) (serl's; the original scores step rows only). The log-probs equal
+    :func:`score_logprobs`'s up to float rounding (tests/test_teacher_prefix_reuse.py); rows with
+    nothing in common cost what they cost there, unbatched. ``model`` is called as a causal LM
+    (``logits_to_keep`` = the reply's positions), so a LoRA adapter view works as it is.
+
+    Args and returns: as :func:`score_logprobs` (without its batching options); ``stats``, if
+    given, gets ``reused_tokens`` and ``run_tokens`` added (prefix positions taken from the row
+    before; positions run through the model).
+
+    Raises:
+        ValueError: ``prompt_ids`` of another length than the batch, an empty prompt or response.
+    """
+    prompts = batch.prompt_ids if prompt_ids is None else prompt_ids
+    if len(prompts) != len(batch):
+        raise ValueError(f"{len(prompts)} prompts for {len(batch)} rows")
+    out: list[torch.Tensor] = []
+    prev: list[int] = []
+    prev_kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer [KV, len(prev), D]
+    with torch.inference_mode():
+        for i, (p, r) in enumerate(zip(prompts, batch.response_ids)):
+            if progress is not None:
+                progress(i, len(batch))
+            if not p or not r:
+                raise ValueError(f"row {i} has an empty {'prompt' if not p else 'response'}")
+            seq = list(p) + list(r)
+            n = _common_prefix(prev, seq, limit=len(p) - 1)  # the last prompt token must run: it predicts r[0]
+            if n < MIN_REUSE or not prev_kv:
+                n = 0
+            past = {CACHE_ARG: _prefix_cache(prev_kv, n, len(seq))} if n else {}
+            if stats is not None:
+                stats["reused_tokens"] = stats.get("reused_tokens", 0) + n
+                stats["run_tokens"] = stats.get("run_tokens", 0) + len(seq) - n
+            with autocast():  # position t predicts token t + 1: the last len(r) + 1 positions, less the last
+                res = model(input_ids=torch.tensor([seq[n:]], device=device), use_cache=True,
+                            logits_to_keep=len(r) + 1, **past)
+            out.append(_reply_logprobs(res.logits[0, :-1], list(r), batch.response_masks[i], temperature))
+            prev, prev_kv = seq, [(layer.keys[0], layer.values[0]) for layer in getattr(res, CACHE_ARG).layers]
+    return out
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``, at most ``limit``."""
+    n = min(len(a), len(b), limit)
+    if n <= 0:
+        return 0
+    diff = (torch.tensor(a[:n]) != torch.tensor(b[:n])).nonzero()
+    return n if diff.numel() == 0 else int(diff[0, 0])
+
+
+def _prefix_cache(kv: list[tuple[torch.Tensor, torch.Tensor]], n: int, capacity: int) -> Cache:
+    """A KV cache holding the first ``n`` positions of ``kv`` (per layer ``[KV, >= n, D]``), with
+    room for ``capacity`` positions in all."""
+    layers = []
+    for k, v in kv:
+        kb = k.new_empty((1, k.shape[0], capacity, k.shape[2]))
+        vb = v.new_empty((1, v.shape[0], capacity, v.shape[2]))
+        kb[0, :, :n], vb[0, :, :n] = k[:, :n], v[:, :n]
+        layers.append(PreallocatedLayer(kb, vb, n))
+    return Cache(layers=layers)
+
+
+def _reply_logprobs(logits: torch.Tensor, reply: list[int], mask, temperature: float) -> torch.Tensor:
+    """``[len(reply)]`` float32 CPU log-probs of ``reply`` from the ``[len(reply), vocab]`` logits
+    that predict it; 0 where ``mask`` is 0, unless it is all 0 (then every position, as
+    :func:`~serl.train.batch.collate`)."""
+    keep = torch.as_tensor(mask).reshape(-1)[: len(reply)] != 0
+    if not bool(keep.any()):
+        keep = torch.ones(len(reply), dtype=torch.bool)
+    sel = keep.to(logits.device)
+    targets = torch.tensor(reply, dtype=torch.long, device=logits.device)[sel]
+    lp_sel, _ = _token_logprobs(logits[sel], targets, temperature, False)
+    lp = torch.zeros(len(reply), dtype=torch.float32)
+    lp[keep] = lp_sel.float().cpu()
+    return lp

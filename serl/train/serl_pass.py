@@ -52,7 +52,10 @@ class SerlTeacherPass:
         (one that fits ``max_reprompt_len``), for every row once λ_eff = 0, and for a row that
         trains nothing (advantage ``adv`` ``[rows]`` exactly 0, or masked) with
         ``algorithm.serl.skip_zero_advantage_rows`` (:func:`teacher_rows`). ``step`` is the
-        1-based global step (the teacher log's). Adds the ``serl/*`` metrics."""
+        1-based global step (the teacher log's). Adds the ``serl/*`` metrics (with
+        ``algorithm.serl.teacher_prefix_reuse`` on conversation rows,
+        ``serl/teacher_prefix_reused_fraction``: the share of the teacher's token positions that
+        came from the row before, :func:`serl.train.scoring.score_logprobs_reusing_prefixes`)."""
         sc, n = self.cfg.algorithm.serl, len(batch)
         batch.serl_lambda = effective_lambda(update_step, sc.mixing_lambda, sc.lambda_decay_steps)
         self.row_contexts = []  # no stale contexts in the trace once λ_eff = 0
@@ -64,8 +67,13 @@ class SerlTeacherPass:
         contexts, t_prompts = self._teacher_prompts(groups, table, step)
         has_ctx = [p is not None for p in t_prompts]
         todo = teacher_rows(has_ctx, adv, table.row_mask, sc.skip_zero_advantage_rows)
-        scored = self.scorer.score(self.teacher.model, batch.select(todo), "teacher", pbar,
-                                   prompt_ids=[t_prompts[i] for i in todo])  # also when empty: N > 1 gathers
+        reuse = sc.teacher_prefix_reuse and any(s.prompt_format == "conversation" for s in table.rows)
+        tokens: dict[str, int] = {}
+        scored = self.scorer.score(self.teacher.model, batch.select(todo), "teacher", pbar,  # also when empty: N > 1 gathers
+                                   prompt_ids=[t_prompts[i] for i in todo], reuse_prefixes=reuse, stats=tokens)
+        if reuse:  # the share of the teacher's positions taken from the row before (this rank's rows)
+            metrics["serl/teacher_prefix_reused_fraction"] = tokens.get("reused_tokens", 0) / max(
+                1, tokens.get("reused_tokens", 0) + tokens.get("run_tokens", 0))
         out: list[Optional[torch.Tensor]] = [None] * n
         for i, lp in zip(todo, scored):
             out[i] = lp
