@@ -197,8 +197,11 @@ def test_webshop_hooks():
     m = WebShopEnv.episode_metrics([traj(0.0, 0.5), traj(1.0), Trajectory("u", "e", Task("webshop", "1", "webshop"))])
     assert m == {"webshop_task_score": pytest.approx((0.5 + 1.0 + 0.0) / 3)}
     from serl.envs.alfworld import AlfWorldEnv
+    from serl.envs.base import BaseTextEnv
 
-    assert AlfWorldEnv.episode_metrics([traj(1.0)]) == {}
+    assert BaseTextEnv.episode_metrics([traj(1.0)]) == {}  # the default: none
+    assert set(AlfWorldEnv.episode_metrics([traj(1.0)])) == {  # one lost episode (tests/test_alfworld_env.py)
+        "alfworld_loop_rate", "alfworld_repeat_rate", "alfworld_receptacles_visited"}
 
 
 def test_task_types_restrict_the_listed_tasks():
