@@ -89,16 +89,18 @@ class Journal:
                 f.truncate(good)
         self.entries = lines[1:]
 
-    def _write(self, mode: str, *records: dict[str, Any]) -> None:
+    def _write(self, mode: str, *records: dict[str, Any]) -> list[str]:
+        lines = [json.dumps(r, ensure_ascii=False) for r in records]
         with open(self.path, mode, encoding="utf-8") as f:
-            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            f.write("".join(line + "\n" for line in lines))
             f.flush()
             os.fsync(f.fileno())
+        return lines
 
     def append(self, *entries: dict[str, Any]) -> None:
-        """Record finished units of work (one line each, written together, flushed and fsynced)."""
-        self._write("a", *entries)
-        self.entries.extend(json.loads(json.dumps(e, ensure_ascii=False)) for e in entries)
+        """Record finished units of work (one line each, written together, flushed and fsynced);
+        :attr:`entries` gets them as they read back (encoded once)."""
+        self.entries.extend(json.loads(line) for line in self._write("a", *entries))
 
     def remove(self) -> None:
         """Delete the journal (once its results are written out)."""
