@@ -1,8 +1,8 @@
 """Where a ``serl train`` run's memory goes, phase by phase, and how big its run folder ends up:
 full fine-tuning and LoRA side by side, each on the recipe as it is.
 
-Each mode runs ``Trainer(cfg).train()`` of the recipe (default ``cpu``: what ``serl train`` with no
-argument runs) in its own child process, so each peak is that mode's alone. A sampler thread reads,
+Each mode runs ``Trainer(cfg).train()`` of the recipe (default ``default``: what ``serl train``
+with no argument runs) in its own child process, so each peak is that mode's alone. A sampler thread reads,
 every 20 ms, the resident memory of the trainer process and of its whole process tree (the env
 workers and the sandbox children included; the tree sum counts pages shared after ``fork`` once per
 process, so it is an upper bound, as a ``ps``/``top`` sum is). Each sample is charged to the phase
@@ -31,7 +31,7 @@ Options: ``--probe`` (score each update batch under the policy before and after 
 same way, and report how far the update moved it: the learning signal of one update, comparable between the
 modes; costs two scoring passes per iteration, charged to ``probe``), ``--modes full lora`` (default both; ``full`` forces ``model.lora.r=0``, ``lora`` sets
 ``model.lora.r=R model.lora.dropout=0 actor.lr=<full lr x --lora-lr-scale>``; the full lr is the
-recipe's, or the recipe's / the scale when the recipe itself trains LoRA, as ``cpu`` does), ``--lora-r R``
+recipe's, or the recipe's / the scale when the recipe itself trains LoRA, as ``cpu`` and ``default`` do), ``--lora-r R``
 (default 8), ``--lora-lr-scale S`` (default 10: "LoRA Without Regret", Schulman et al., Thinking
 Machines Lab, 2025, finds LoRA's best learning rate about 10x full fine-tuning's), ``recipe=NAME``
 and any ``key=value`` overrides (both modes). Prints the CPU model and the dtype with the table.
@@ -54,6 +54,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lora_vs_full import MIB, _models, _tensor_bytes  # noqa: E402  (a sibling script)
+
+from serl.config import DEFAULT_RECIPE  # noqa: E402  (imports no torch)
 
 PHASES = ["load", "rollout", "scoring", "update", "trace", "checkpoint", "probe", "other"]
 SIGNAL_KEYS = ["episode/success_rate", "actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl",
@@ -221,10 +223,10 @@ def main(argv: list[str]) -> list[dict]:
     p.add_argument("--probe", action="store_true", help="score each update batch before and after the update")
     p.add_argument("--lora-r", type=int, default=8)
     p.add_argument("--lora-lr-scale", type=float, default=10.0, help="LoRA lr = full fine-tuning lr x this")
-    p.add_argument("overrides", nargs="*", help="recipe=NAME (default cpu) and key=value overrides for both modes")
+    p.add_argument("overrides", nargs="*", help="recipe=NAME (default: serl train's) and key=value overrides for both modes")
     a = p.parse_intermixed_args(argv)  # options and overrides in any order
     modes, lora_r, scale, probe = a.modes, a.lora_r, a.lora_lr_scale, a.probe
-    recipe = next((x.split("=", 1)[1] for x in a.overrides if x.startswith("recipe=")), "cpu")
+    recipe = next((x.split("=", 1)[1] for x in a.overrides if x.startswith("recipe=")), DEFAULT_RECIPE)
     overrides = [x for x in a.overrides if not x.startswith("recipe=")]
     cfg = load_config(recipe, overrides)
     full_lr = cfg.actor.lr / scale if cfg.model.lora.r > 0 else cfg.actor.lr  # a LoRA recipe's lr is x scale

@@ -7,8 +7,9 @@
     serl sft   --data FILE.jsonl [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR]
     serl data {download,expert} ...      (serl.cli_data)
 
-With no recipe, ``serl train`` runs the ``cpu`` recipe: SERL (immediate feedback) on GRPO, on the
-ALFWorld games shipped with serl, with SmolLM2-135M-Instruct, a few iterations on a laptop CPU.
+With no recipe, ``serl train`` runs the ``default`` recipe: SERL (immediate feedback) on GRPO, on the
+ALFWorld games shipped with serl (one conversation per episode, all six task types, 8 steps), with
+SmolLM2-135M-Instruct and serl's conversation cold start, a few iterations on a laptop CPU.
 """
 
 from __future__ import annotations
@@ -315,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    t = sub.add_parser("train", help="train a policy (default recipe: cpu)")
+    t = sub.add_parser("train", help="train a policy (default recipe: default)")
     t.add_argument("overrides", nargs="*", help="recipe=NAME and dotted key=value overrides")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     t.add_argument("--data-dir", help="data folder (sets env.data_dir; default $SERL_DATA or the shipped fixture)")

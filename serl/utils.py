@@ -194,8 +194,10 @@ def mmap_threshold_for(float32_cpu_update: bool) -> int:
     stay resident. One float32 forward/backward of SmolLM2-135M with LoRA and activation
     checkpointing (4 rows × 1,270 tokens, the ``cpu`` recipe's micro-batch) then peaks 5.7–6.1 GiB
     above its start, against 1.6–1.8 GiB with the threshold fixed at 4 MiB, for 14–19% more update
-    time (``benchmarks/mmap_threshold.py``). With bf16 autocast the default run already fits in
-    4 GiB, so serl keeps glibc's faster default there.
+    time (``benchmarks/mmap_threshold.py``). With bf16 autocast serl keeps glibc's faster default:
+    the default ``serl train`` (one conversation per episode) peaks at 5.7 GiB so and at 3.8 GiB with
+    ``SERL_MALLOC_MMAP_THRESHOLD=4194304``, for 10% more wall time (its update 1.3x slower; AMD
+    EPYC, 2026-11-28).
 
     Raises:
         ConfigError (a ``ValueError``): ``SERL_MALLOC_MMAP_THRESHOLD`` is not a non-negative integer;

@@ -1,15 +1,18 @@
-"""The default run carries learning signal: it draws games of the cold start's task types, and
-``serl train`` says at the end how many groups had an advantage (and warns when none did)."""
+"""The default run carries learning signal: it plays the shipped train games chosen by its cold
+start's wins, and ``serl train`` says at the end how many groups had an advantage (and warns when none did)."""
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 
 import pytest
 
 from serl.cli import _print_signal
+from serl.config import DEFAULT_RECIPE
 from serl.configure import load_config
+from serl.envs.alfworld import TASK_TYPES
 from serl.train import env_pool
 from serl.train.metrics import signal_summary
 
@@ -45,18 +48,28 @@ def test_the_end_of_run_line_and_the_warning_when_nothing_was_learned(tmp_path, 
     assert capsys.readouterr() == ("", "")
 
 
-def test_the_default_run_draws_the_cold_starts_task_types_from_the_shipped_games(monkeypatch):
+def test_the_default_run_plays_all_six_types_in_the_conversation_layout_on_the_shipped_games(monkeypatch):
     monkeypatch.delenv("SERL_DATA", raising=False)
-    cfg = load_config("cpu", [])
-    assert cfg.model.path == "smollm2-135m-alfworld-sft"
+    assert DEFAULT_RECIPE == "default"
+    cfg = load_config(DEFAULT_RECIPE, [])  # what `serl train` with no recipe runs
+    assert cfg.model.path == "smollm2-135m-alfworld-conv-sft"
+    assert cfg.env.prompt_layout == "conversation" and cfg.env.max_steps == 8 and cfg.env.task_types == []
     tasks = env_pool.list_tasks(cfg, cfg.env.train_split)
-    assert {t.task_type for t in tasks} == {"look_at_obj_in_light", "pick_and_place_simple"}
-    # the four shipped games chosen by the cold start's wins at T = 1 (serl/data/alfworld/SOURCE.md)
+    # two games of each type, chosen by the conversation cold start's wins at T = 1 within 8 steps
+    # (serl/data/alfworld/SOURCE.md)
+    assert collections.Counter(t.task_type for t in tasks) == {t: 2 for t in TASK_TYPES}
     assert sorted(t.task_id.split("/")[-3] for t in tasks) == [
-        "look_at_obj_in_light-Book-None-DeskLamp-305", "look_at_obj_in_light-Book-None-DeskLamp-306",
-        "pick_and_place_simple-Book-None-CoffeeTable-229", "pick_and_place_simple-Book-None-Sofa-201"]
-    # 2 iterations x 2 tasks: every shipped game once
-    assert cfg.trainer.total_training_steps * cfg.data.train_batch_size == len(tasks)
+        "look_at_obj_in_light-AlarmClock-None-DeskLamp-314", "look_at_obj_in_light-Book-None-DeskLamp-306",
+        "pick_and_place_simple-Book-None-CoffeeTable-229", "pick_and_place_simple-Book-None-Sofa-201",
+        "pick_clean_then_place_in_recep-Bowl-None-Shelf-7", "pick_clean_then_place_in_recep-Mug-None-CoffeeMachine-15",
+        "pick_cool_then_place_in_recep-Apple-None-DiningTable-15", "pick_cool_then_place_in_recep-Apple-None-GarbageCan-19",
+        "pick_heat_then_place_in_recep-Apple-None-CounterTop-5", "pick_heat_then_place_in_recep-Apple-None-DiningTable-23",
+        "pick_two_obj_and_place-AlarmClock-None-Desk-307", "pick_two_obj_and_place-Book-None-Bed-314"]
+    # the step layout's recipe keeps its own cold start and its two task types
+    step = load_config("cpu", [])
+    assert step.env.prompt_layout == "step" and step.model.path == "smollm2-135m-alfworld-sft"
+    assert {t.task_type for t in env_pool.list_tasks(step, step.env.train_split)} == {
+        "look_at_obj_in_light", "pick_and_place_simple"}
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from serl.errors import ConfigError
 #: the recipes shipped with serl: ``serl/recipes/<name>.yaml``
 RECIPE_DIR = Path(__file__).parents[1] / "recipes"
 #: the recipe used when none is named
-DEFAULT_RECIPE = "cpu"
+DEFAULT_RECIPE = "default"
 
 
 def recipe_path(recipe: str) -> Path:
