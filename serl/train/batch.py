@@ -211,9 +211,13 @@ def _lm_head_parts(model):
     return (decoder, head) if decoder is not None and decoder is not model else None
 
 
-def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
-                    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """``[N, vocab]`` logits → the float32 log-prob ``[N]`` of ``targets`` ``[N]`` (and the entropy)."""
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+                   ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The float32 log-prob ``[N]`` (nats) of ``targets`` ``[N]`` under ``[N, vocab]`` ``logits``
+    divided by ``temperature``: log softmax(z / T) at the target (verl's ``logprobs_from_logits``,
+    ``verl/utils/torch_functional.py``, on the logits its ``dp_actor.py`` divides by the
+    temperature); with ``with_entropy`` also the entropy ``[N]`` of that distribution,
+    ``logsumexp(z) - sum(softmax(z) * z)``, else None."""
     logits = logits.float() / temperature
     lse = torch.logsumexp(logits, dim=-1)
     logprob = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
@@ -325,7 +329,7 @@ def response_logprobs(model, batch: RowBatch, temperature: float = 1.0, with_ent
         packed = pack_rows(batch)
         logits = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
                        logits_to_keep=packed.predict_index, **packed.attention_kwargs()).logits[0]
-        lp_sel, ent_sel = _token_logprobs(logits, targets, temperature, with_entropy)
+        lp_sel, ent_sel = token_logprobs(logits, targets, temperature, with_entropy)
     else:
         decoder, head = parts
         h = _predicting_hidden(decoder, batch, remove_padding)
@@ -354,8 +358,8 @@ def _head_logprobs(head: torch.nn.Linear, h: torch.Tensor, targets: torch.Tensor
     through the LM head; without a gradient in chunks of :data:`SCORE_CHUNK_TOKENS` tokens, which
     bound the ``[N, vocab]`` logits of a scoring pass."""
     if torch.is_grad_enabled():
-        return _token_logprobs(head(h), targets, temperature, with_entropy)
-    chunks = [_token_logprobs(head(h[k : k + SCORE_CHUNK_TOKENS]), targets[k : k + SCORE_CHUNK_TOKENS],
+        return token_logprobs(head(h), targets, temperature, with_entropy)
+    chunks = [token_logprobs(head(h[k : k + SCORE_CHUNK_TOKENS]), targets[k : k + SCORE_CHUNK_TOKENS],
                               temperature, with_entropy) for k in range(0, h.shape[0], SCORE_CHUNK_TOKENS)]
     if not chunks:
         empty = h.new_zeros(0, dtype=torch.float32)

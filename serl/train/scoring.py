@@ -18,7 +18,7 @@ from transformers.cache_utils import Cache
 from serl.config import Config
 from serl.rollout.prefill import CACHE_ARG, PreallocatedLayer
 from serl.rollout.turn_cache import MIN_REUSE
-from serl.train.batch import UpdateBatch, _token_logprobs, collate, length_buckets, response_logprobs
+from serl.train.batch import UpdateBatch, collate, length_buckets, response_logprobs, token_logprobs
 from serl.train.distributed import Distributed
 
 
@@ -205,7 +205,7 @@ def _reply_logprobs(logits: torch.Tensor, reply: list[int], mask, temperature: f
         keep = torch.ones(len(reply), dtype=torch.bool)
     sel = keep.to(logits.device)
     targets = torch.tensor(reply, dtype=torch.long, device=logits.device)[sel]
-    lp_sel, _ = _token_logprobs(logits[sel], targets, temperature, False)
+    lp_sel, _ = token_logprobs(logits[sel], targets, temperature, False)
     lp = torch.zeros(len(reply), dtype=torch.float32)
     lp[keep] = lp_sel.float().cpu()
     return lp
