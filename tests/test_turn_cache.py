@@ -116,3 +116,62 @@ def test_engine_metrics_report_the_reused_share_and_reset(model_and_tok):
     assert 0 < m["rollout/prefill_reused_fraction"] < 1
     assert engine_metrics(engine) == {}  # counters zeroed by the read
     assert engine_metrics(object()) == {}
+
+
+def _turn_cache_of(model, tok, prompts, reply_tokens=4):
+    """An engine's turn cache after one greedy call on ``prompts`` (the previous turn)."""
+    engine = HFEngine(model, tok, len(prompts))
+    replies = engine.generate(prompts, SamplingParams(max_new_tokens=reply_tokens, do_sample=False))
+    return engine.turn_cache, [p + r for p, r in zip(prompts, replies)]
+
+
+def test_batched_prefill_gives_the_keys_and_values_of_the_per_prompt_prefill(model_and_tok, monkeypatch):
+    from serl.rollout.prefill import prefilled_cache
+
+    model, tok = model_and_tok
+    cache, seqs = _turn_cache_of(model, tok, _conversations(3, length=30))
+    cache.take_stats()
+    g = torch.Generator().manual_seed(5)
+    # next turns of different lengths (3, 9, 20 appended tokens), one prompt with no cached prefix
+    # (40 tokens: it sets the group's window), a duplicate, and a one-token prompt
+    prompts = [seqs[0] + [7, 8, 9], seqs[1] + torch.randint(5, 200, (9,), generator=g).tolist(),
+               seqs[2] + torch.randint(5, 200, (20,), generator=g).tolist(),
+               torch.randint(5, 200, (40,), generator=g).tolist(), seqs[0] + [7, 8, 9], [12]]
+    width = max(map(len, prompts))
+    want = prefilled_cache(model, prompts, width, 4, turn_cache=cache)
+    stats = cache.take_stats()
+    forwards = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda **kw: forwards.append(tuple(kw["input_ids"].shape)) or forward(**kw))
+    # the 40-token prompt's window holds the 20- and 9-token turns too; the 3-token one would
+    # pad the group beyond twice its new tokens. With 60 positions a forward, each runs alone.
+    for budget, shapes in ((10**6, [(3, 39), (1, 3)]), (60, [(1, 39), (1, 20), (1, 9), (1, 3)])):
+        forwards.clear()
+        got = prefilled_cache(model, prompts, width, 4, turn_cache=cache, batch_tokens=budget)
+        assert forwards == shapes
+        assert cache.take_stats() == stats  # the same reuse counted
+        for a, b in zip(want.layers, got.layers):
+            torch.testing.assert_close(b.keys, a.keys, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(b.values, a.values, atol=1e-5, rtol=1e-4)
+
+
+def test_batched_prefill_samples_what_the_per_prompt_prefill_samples(model_and_tok):
+    model, tok = model_and_tok
+    for params in (SamplingParams(max_new_tokens=6, do_sample=False),
+                   SamplingParams(max_new_tokens=5, do_sample=True, temperature=1.0, seed=3)):
+        want = _play(HFEngine(model, tok, 3), _conversations(4, seed=2), 3, params, [7, 8, 9, 10])
+        got = _play(HFEngine(model, tok, 3, prefill_batch_tokens=4096), _conversations(4, seed=2), 3, params,
+                    [7, 8, 9, 10])
+        assert got == want
+
+
+def test_prefill_groups_bound_padding_and_positions():
+    from serl.rollout.prefill import _buckets
+
+    # new parts 3, 9, 20, 40 tokens; whole prompts 43, 49, 60, 40. The 40-token part opens the
+    # group; 20 joins (2 x 40 <= 2 x 60), 9 joins (3 x 40 <= 2 x 69), 3 does not (4 x 40 > 2 x 72)
+    assert _buckets([3, 9, 20, 40], [43, 49, 60, 40], 10**6) == [[3, 2, 1], [0]]
+    # at most 100 positions a forward: 40 with 60 or 60 with 49 would take 120; 49 and 43 fit (2 x 49)
+    assert _buckets([3, 9, 20, 40], [43, 49, 60, 40], 100) == [[3], [2], [1, 0]]
+    assert _buckets([5, 5, 5, 5], [50, 50, 50, 50], 150) == [[0, 1, 2], [3]]
+    assert sorted(sum(_buckets([1, 2, 3], [9, 9, 9], 1), [])) == [0, 1, 2]

@@ -278,6 +278,11 @@ class RolloutConfig:
     #: cache allocated once for the prompts and the replies, then decode the batch
     #: (serl.rollout.prefill); false = transformers ``generate`` on the left-padded batch
     unpadded_prefill: bool = True
+    #: hf only, with ``unpadded_prefill``: 0 = one prefill forward per distinct prompt; > 0 = the
+    #: prompts' new tokens (a conversation's next turn) in padded forwards over their cached
+    #: prefixes, at most this many token positions (rows x longest prompt) each. null = 262144 on
+    #: CUDA (one forward per turn, not one per row), 0 on CPU (serl.rollout.engine.DEFAULT_PREFILL_BATCH_TOKENS)
+    prefill_batch_tokens: Optional[int] = None
     #: with LoRA (``model.lora.r > 0``) and the hf engine: sample from a plain copy of the policy
     #: in the inference dtype with the adapter merged into its weights (re-merged after every
     #: update), not through PEFT's per-layer adapter matmuls. Costs one copy of the base weights
@@ -325,4 +330,6 @@ class RolloutConfig:
         _check(self.val_n >= 1, "rollout.val_n", f"must be >= 1, got {self.val_n}")
         _check(self.top_k >= -1, "rollout.top_k", f"must be >= 1, or -1 / 0 (= off), got {self.top_k}")
         _check(self.micro_batch_size >= 1, "rollout.micro_batch_size", "must be >= 1")
+        _check(self.prefill_batch_tokens is None or self.prefill_batch_tokens >= 0, "rollout.prefill_batch_tokens",
+               "must be >= 0 (0 = one prefill forward per prompt) or null (by device)")
         _check(0.0 < self.rollout_filter_ratio <= 1.0, "rollout.rollout_filter_ratio", "must be in (0, 1]")

@@ -145,6 +145,10 @@ class HFEngine:
             and keep each call's keys and values for the next call, so a prompt that extends an
             earlier prompt and reply (a multi-turn conversation's next turn) prefills only what
             was appended (:mod:`serl.rollout.turn_cache`; vLLM's automatic prefix caching).
+        prefill_batch_tokens: with ``unpadded_prefill``, 0 = one prefill forward per distinct
+            prompt; ``> 0`` = the prompts' new tokens in padded forwards over their cached prefixes
+            of at most that many token positions each (``rollout.prefill_batch_tokens``;
+            :func:`~serl.rollout.prefill.prefilled_cache`): on a GPU one forward per turn, not one per row.
 
     Prompts are sorted by length before batching so each micro-batch carries little padding;
     results come back in the caller's order. Measured on CPU (BENCHMARKS.md, "Throughput"): the
@@ -158,7 +162,7 @@ class HFEngine:
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int = 32,
                  cache_implementation: Optional[str] = None, compile_decode: bool = False,
-                 unpadded_prefill: bool = True, prefix_caching: bool = True):
+                 unpadded_prefill: bool = True, prefix_caching: bool = True, prefill_batch_tokens: int = 0):
         from serl.rollout.turn_cache import TurnCache
 
         if compile_decode and cache_implementation != "static":
@@ -167,6 +171,7 @@ class HFEngine:
 
         self.unpadded_prefill = unpadded_prefill and cache_implementation is None and supports_prefilled_cache(model)
         self.prefix_caching = prefix_caching
+        self.prefill_batch_tokens = max(0, prefill_batch_tokens)
         self.model = model
         self.tokenizer = tokenizer
         self.micro_batch_size = max(1, micro_batch_size)
@@ -256,7 +261,8 @@ class HFEngine:
                     from serl.rollout.prefill import CACHE_ARG, prefilled_cache
 
                     prefilled = prefilled_cache(self.model, [prompts[i] for i in idx], width, params.max_new_tokens,
-                                                dedup=self.prefix_caching, turn_cache=self.turn_cache)
+                                                dedup=self.prefix_caching, turn_cache=self.turn_cache,
+                                                batch_tokens=self.prefill_batch_tokens)
                     kwargs[CACHE_ARG] = prefilled
                 if params.do_sample:
                     kwargs.update(temperature=params.temperature, top_p=params.top_p,
@@ -381,6 +387,17 @@ def default_memory_share(device: str) -> float:
     return DEFAULT_MEMORY_SHARE["cuda" if device.startswith("cuda") else "cpu"]
 
 
+#: ``rollout.prefill_batch_tokens: null`` per device kind: batched on CUDA, where one batch-1
+#: forward per row left a 134-chat ALFWorld panel bound by the host (docs/benchmarks/gpu.md);
+#: one forward per prompt on CPU, where that path has no padding
+DEFAULT_PREFILL_BATCH_TOKENS = {"cuda": 262144, "cpu": 0}
+
+
+def default_prefill_batch_tokens(device: str) -> int:
+    """``rollout.prefill_batch_tokens`` when unset (:data:`DEFAULT_PREFILL_BATCH_TOKENS`)."""
+    return DEFAULT_PREFILL_BATCH_TOKENS["cuda" if device.startswith("cuda") else "cpu"]
+
+
 def engine_options(rollout: "RolloutConfig", model_path: str, dtype: Any, device: str, max_model_len: int,
                    seed: int) -> dict[str, Any]:
     """The settings :func:`make_engine` passes to an engine's ``build``, from the ``rollout``
@@ -396,9 +413,11 @@ def engine_options(rollout: "RolloutConfig", model_path: str, dtype: Any, device
         seed: vLLM's engine seed.
     """
     share = rollout.gpu_memory_utilization
+    batch = rollout.prefill_batch_tokens
     return dict(model_path=model_path, dtype=dtype, unpadded_prefill=rollout.unpadded_prefill,
                 gpu_memory_utilization=share if share is not None else default_memory_share(device),
-                enable_prefix_caching=rollout.enable_prefix_caching, max_model_len=max_model_len, seed=seed)
+                enable_prefix_caching=rollout.enable_prefix_caching, max_model_len=max_model_len, seed=seed,
+                prefill_batch_tokens=batch if batch is not None else default_prefill_batch_tokens(device))
 
 
 #: name → :class:`EngineSpec`; ``hf`` runs everywhere. ``auto`` picks ``vllm`` wherever it is
@@ -406,8 +425,10 @@ def engine_options(rollout: "RolloutConfig", model_path: str, dtype: Any, device
 #: EPYC in bf16 and, emulated, on an AVX2-only one in float32; BENCHMARKS.md).
 ENGINE_REGISTRY: dict[str, EngineSpec] = {
     "hf": EngineSpec(build=lambda model, tokenizer, micro_batch_size, unpadded_prefill=True, enable_prefix_caching=True,
-                     **_: HFEngine(model, tokenizer, micro_batch_size, unpadded_prefill=unpadded_prefill,
-                                   prefix_caching=enable_prefix_caching),
+                     prefill_batch_tokens=0, **_: HFEngine(model, tokenizer, micro_batch_size,
+                                                           unpadded_prefill=unpadded_prefill,
+                                                           prefix_caching=enable_prefix_caching,
+                                                           prefill_batch_tokens=prefill_batch_tokens),
                      available=lambda device: True, priority=0),
     "vllm": EngineSpec(build=_build_vllm, available=lambda device: vllm_installed(), priority=10,
                        auto_when=_vllm_auto_ok, install_hint=VLLM_INSTALL_HINT),
