@@ -202,7 +202,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError(f"{journal.path}: {e}; delete it to start over") from e
     m = res["metrics"]
-    print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks, {mode}, model {source}")
+    adapter = {"adapter": cfg.model.adapter} if cfg.model.adapter and not args.run else {}  # merged at load
+    print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks, {mode}, model {source}"
+          + (f" + adapter {cfg.model.adapter}" if adapter else ""))
     from serl.envs.base import row_layout
 
     step_rows = row_layout(cfg.env.name) == "step"  # one action per step: the action ratios mean something
@@ -220,7 +222,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for k, v in m.items():  # the env's own episode metrics and the sample metrics (acc/mean@n, pass@k ...)
         if k not in shown and isinstance(v, (int, float)):
             print(f"  {k:<36} {v:.3f}")
-    atomic_write_text(out / "metrics.json", json.dumps({"split": split, "mode": mode, "model": source, **m}, indent=2))
+    atomic_write_text(out / "metrics.json",
+                      json.dumps({"split": split, "mode": mode, "model": source, **adapter, **m}, indent=2))
     write_jsonl(out / "trajectories.jsonl", res["trajectories"])
     lines = "".join(json.dumps({"split": split, "mode": mode, **task_result(t)}) + "\n" for t in res["trajectories"])
     atomic_write_text(out / "tasks.jsonl", lines)

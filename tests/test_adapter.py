@@ -46,13 +46,18 @@ def test_bad_adapter_is_a_clear_error(tiny_model_dir, tmp_path):
         load_causal_lm(str(tiny_model_dir), torch.float32, "cpu", adapter=str(tmp_path / "empty"))
 
 
-def test_eval_runs_with_an_adapter(tiny_model_dir, adapter_dir, tmp_path):
+def test_eval_runs_with_an_adapter(tiny_model_dir, adapter_dir, tmp_path, capsys):
+    import json
+
     from serl.cli import main
 
     rc = main(["eval", f"model.path={tiny_model_dir}", f"model.adapter={adapter_dir[0]}", "env.max_steps=1",
                "data.max_response_length=8", "trainer.progress=false", "--num-tasks", "1", "--greedy",
                "--out", str(tmp_path / "eval")])
-    assert rc == 0 and (tmp_path / "eval" / "metrics.json").exists()
+    assert rc == 0
+    # the summary and metrics.json name the adapter merged into the model, not the base alone
+    assert f"model {tiny_model_dir} + adapter {adapter_dir[0]}" in capsys.readouterr().out
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["adapter"] == str(adapter_dir[0])
 
 
 def test_merged_cache_is_keyed_on_base_and_adapter(tiny_model_dir, adapter_dir, tmp_path, monkeypatch, capfd):
