@@ -30,6 +30,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from serl.cli_data import add_data_parser  # noqa: E402  (after the OpenMP policy; imports no torch)
 from serl.cli_data import data_dir_override as _data_dir_override  # noqa: E402
+from serl.cli_data import parse_shard as _parse_shard  # noqa: E402
 from serl.cli_data import split_overrides as _split_overrides  # noqa: E402
 
 
@@ -169,6 +170,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     overrides += _data_dir_override(args)
     cfg = load_run_config(Path(args.run), overrides) if args.run else load_config(recipe or DEFAULT_RECIPE, overrides)
     n = _eval_num_tasks(args.num_tasks, cfg.env.eval_num_tasks)  # before the model loads
+    shard = _parse_shard(args.shard)
     configure_cpu_threads(cfg.trainer.num_threads)
     device = pick_device(cfg.trainer.device)
     path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
@@ -192,18 +194,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
         (Path(args.run) if args.run else Path(cfg.trainer.output_dir)) / f"eval_{split}"
     out.mkdir(parents=True, exist_ok=True)
     mode = "greedy" if args.greedy else f"sampled T={cfg.rollout.val_temperature}, seed={args.seed}"
-    journal = eval_journal(out, cfg, split, n, mode, source, engine_name)
+    journal = eval_journal(out, cfg, split, n, mode, source, engine_name, shard)
     done = [Trajectory.from_dict(e["trajectory"]) for e in journal.entries]
     if done:
         print(f"serl eval: resuming {journal.path}: {len(done)} episodes of finished chunks kept", file=sys.stderr)
     try:
-        res = evaluate_policy(cfg, engine, tok, split, n, greedy=args.greedy, seed=args.seed, done=done,
+        res = evaluate_policy(cfg, engine, tok, split, n, greedy=args.greedy, seed=args.seed, done=done, shard=shard,
                               on_chunk=lambda new: journal.append(*({"trajectory": t.to_dict()} for t in new)))
     except ValueError as e:
         raise ConfigError(f"{journal.path}: {e}; delete it to start over") from e
     m = res["metrics"]
     adapter = {"adapter": cfg.model.adapter} if cfg.model.adapter and not args.run else {}  # merged at load
-    print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks, {mode}, model {source}"
+    part = {"shard": f"{shard[0]}/{shard[1]}"} if shard[1] > 1 else {}
+    print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks"
+          + (f" (shard {part['shard']})" if part else "") + f", {mode}, model {source}"
           + (f" + adapter {cfg.model.adapter}" if adapter else ""))
     from serl.envs.base import row_layout
 
@@ -223,7 +227,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if k not in shown and isinstance(v, (int, float)):
             print(f"  {k:<36} {v:.3f}")
     atomic_write_text(out / "metrics.json",
-                      json.dumps({"split": split, "mode": mode, "model": source, **adapter, **m}, indent=2))
+                      json.dumps({"split": split, "mode": mode, "model": source, **adapter, **part, **m}, indent=2))
     write_jsonl(out / "trajectories.jsonl", res["trajectories"])
     lines = "".join(json.dumps({"split": split, "mode": mode, **task_result(t)}) + "\n" for t in res["trajectories"])
     atomic_write_text(out / "tasks.jsonl", lines)
@@ -235,7 +239,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def eval_journal(out: Path, cfg, split: str, num_tasks: int, mode: str, model: str, engine: str):
+def eval_journal(out: Path, cfg, split: str, num_tasks: int, mode: str, model: str, engine: str,
+                 shard: tuple[int, int] = (0, 1)):
     """``serl eval``'s journal ``OUT/trajectories.jsonl.partial`` (:class:`serl.utils.Journal`): the
     trajectories of each finished chunk, so that the same command, stopped and run again, goes on
     from them. Its header is what decides the episodes: the split, task count, decoding, model,
@@ -248,6 +253,8 @@ def eval_journal(out: Path, cfg, split: str, num_tasks: int, mode: str, model: s
     conf.pop("trainer", None)
     conf.get("env", {}).pop("num_workers", None)
     header = {"split": split, "num_tasks": num_tasks, "mode": mode, "model": model, "engine": engine, "config": conf}
+    if shard[1] > 1:  # (absent for the whole split, so journals written before --shard still resume)
+        header["shard"] = list(shard)
     return Journal(out / "trajectories.jsonl.partial", header, "serl eval")
 
 
@@ -333,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--greedy", action="store_true", help="greedy decoding (default: seeded sampling at rollout.val_temperature)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--data-dir", help="data folder (sets env.data_dir)")
+    e.add_argument("--shard", metavar="I/N", help="play the I-th of N interleaved parts of the tasks (tasks I, I+N, ...), "
+                   "e.g. one process per part on one machine; the parts' tasks.jsonl together are the whole "
+                   "evaluation's tasks (sampled episodes are seeded per chunk, so they differ from one process's)")
     e.add_argument("--out", help="FILE.jsonl: also write the per-task results (one JSON line per task) there; "
                    "otherwise the output folder (default <run>/eval_<split> or <output_dir>/eval_<split>: "
                    "metrics.json, trajectories.jsonl, tasks.jsonl; while it runs trajectories.jsonl.partial, "

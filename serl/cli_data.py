@@ -162,7 +162,7 @@ def cmd_data_expert(args) -> int:
     if not 0.0 <= args.min_score <= 1.0:
         raise ConfigError(f"--min-score must be in [0, 1], got {args.min_score}")
     env_cls = get_env_class(args.env)
-    shard, shards = _shard(args.shard)
+    shard, shards = parse_shard(args.shard)
     tasks = pick_tasks(list_tasks(cfg.env, args.split), args.num_tasks, args.seed)[shard::shards]
     max_steps = args.max_steps if args.max_steps is not None else env_cls.default_max_steps
     if max_steps < 1:
@@ -267,7 +267,7 @@ def cmd_data_dagger(args) -> int:
     return 0
 
 
-def _shard(text: str | None) -> tuple[int, int]:
+def parse_shard(text: str | None) -> tuple[int, int]:
     """``--shard I/N`` as ``(I, N)`` (``(0, 1)`` when not given).
 
     Raises:

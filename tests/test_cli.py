@@ -69,6 +69,26 @@ def test_eval_reports_success_per_task_type(tiny_model_dir, tmp_path, capsys):
     assert (out / "trajectories.jsonl").read_text().count("\n") == 2
 
 
+def test_eval_shards_play_interleaved_parts_of_the_tasks(tiny_model_dir, tmp_path, capsys):
+    """`--shard I/N` plays tasks I, I+N, ... of the evaluation: N processes together play its tasks."""
+    args = [f"model.path={tiny_model_dir}", "env.max_steps=1", "data.max_response_length=8", "rollout.micro_batch_size=4",
+            "trainer.progress=false", "--split", "valid_unseen", "--num-tasks", "5", "--greedy"]
+    assert main(["eval", *args, "--out", str(tmp_path / "all")]) == 0
+    for k in (0, 1):
+        assert main(["eval", *args, "--shard", f"{k}/2", "--out", str(tmp_path / f"part{k}")]) == 0
+    ids = {d: [json.loads(x)["task_id"] for x in (tmp_path / d / "tasks.jsonl").read_text().splitlines()]
+           for d in ("all", "part0", "part1")}
+    assert ids["part0"] == ids["all"][0::2] and ids["part1"] == ids["all"][1::2] and len(ids["all"]) == 5
+    assert json.loads((tmp_path / "part1" / "metrics.json").read_text())["shard"] == "1/2"
+    assert "5 tasks," in capsys.readouterr().out.split("serl eval: alfworld valid_unseen")[1]
+    assert "shard" not in json.loads((tmp_path / "all" / "metrics.json").read_text())
+    for bad, msg in (("2/2", "0 <= I < N"), ("1-2", "must be I/N")):
+        assert main(["eval", *args, "--shard", bad]) == 2
+        assert msg in capsys.readouterr().err
+    assert main(["eval", *args[:-3], "--num-tasks", "1", "--greedy", "--shard", "1/2", "--out", str(tmp_path / "x")]) == 2
+    assert "holds none" in capsys.readouterr().err
+
+
 def test_eval_stopped_after_a_chunk_goes_on_from_its_journal(tiny_model_dir, tmp_path, monkeypatch, capsys):
     # a stopped serl eval used to lose every task it had played (a 134-game ALFWorld panel ran out
     # of time at turn 17 of 50 on a GPU lease); now each finished chunk is journalled, and the same

@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from serl.config import Config
 from serl.envs.base import Task, get_env_class
+from serl.errors import ConfigError
 from serl.rollout.engine import SamplingParams, release_engine_cache
 from serl.train import env_pool
 from serl.train.metrics import success_by_type
@@ -43,12 +44,14 @@ def eval_sampling(cfg: Config, greedy: bool = False, seed: Optional[int] = None)
 
 def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int = -1, greedy: bool = False,
                     seed: Optional[int] = 0, progress: bool = True, done: Sequence[Trajectory] = (),
-                    on_chunk: Optional[Callable[[list[Trajectory]], None]] = None) -> dict[str, Any]:
+                    on_chunk: Optional[Callable[[list[Trajectory]], None]] = None,
+                    shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
     """Success rate overall and per task type on ``split``: ``rollout.val_n`` episodes per task
     when sampling (one when ``greedy``).
 
     ``num_tasks >= 0`` evaluates a fixed subset taken round-robin over task types
-    (:func:`eval_subset`). Tasks are played in chunks of about ``rollout.micro_batch_size`` envs.
+    (:func:`eval_subset`); ``shard = (i, k)`` keeps its tasks ``i, i + k, ...`` (``serl eval
+    --shard i/k``: k processes evaluate the subset together). Tasks are played in chunks of about ``rollout.micro_batch_size`` envs.
     Sampling is greedy or seeded (``seed`` reseeds torch before each chunk), so a run is
     reproducible. Returns ``{"metrics": {success_rate, <type>_success_rate, ...},
     "trajectories": [...]}`` (task order, a task's ``val_n`` episodes together); with
@@ -62,10 +65,13 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
     trajectories as soon as the chunk ends.
 
     Raises:
+        ConfigError: ``shard`` holds no task.
         ValueError: ``done`` is not whole chunks of this evaluation's first tasks (another split,
             ``num_tasks``, ``rollout.micro_batch_size`` or ``rollout.val_n``).
     """
-    tasks = eval_subset(env_pool.list_tasks(cfg, split), num_tasks)
+    tasks = eval_subset(env_pool.list_tasks(cfg, split), num_tasks)[shard[0]::shard[1]]
+    if not tasks:
+        raise ConfigError(f"shard {shard[0]}/{shard[1]} of the {split!r} tasks holds none: fewer tasks than shards")
     n = 1 if greedy else cfg.rollout.val_n
     chunk = max(1, min(cfg.rollout.micro_batch_size // n, len(tasks)))
     played = _finished_tasks(tasks, done, chunk, n)
