@@ -20,37 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-#: model shapes of public checkpoints (Hugging Face config fields), vocabulary excluded
-SHAPES = {
-    # HuggingFaceTB/SmolLM2-135M-Instruct config.json
-    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                         rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True),
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_iteration import SHAPES, build_random_model  # noqa: E402  (a sibling script)
+
 TOKENIZER = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "smollm2_tokenizer"
-
-
-def build_model(shape: str, out: Path) -> Path:
-    """A randomly initialised causal LM of ``shape`` with SmolLM2's tokenizer, saved to ``out``."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from serl.models.loading import hf_progress_bars
-
-    tok = AutoTokenizer.from_pretrained(str(TOKENIZER))
-    fields = dict(SHAPES[shape])
-    cfg = AutoConfig.for_model(fields.pop("model_type"), vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **fields)
-    torch.manual_seed(0)
-    with hf_progress_bars(False):
-        AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
 
 
 def play(engine, args, seed: int) -> tuple[list[list[list[int]]], float, float]:
@@ -110,7 +91,12 @@ def main() -> int:
     from serl.rollout.engine import HFEngine
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.model or str(build_model(args.shape, Path(tmp) / "model"))
+        if args.model is None:
+            from serl.models.loading import hf_progress_bars
+
+            with hf_progress_bars(False):
+                build_random_model(args.shape, TOKENIZER, Path(tmp) / "model")
+        path = args.model or str(Path(tmp) / "model")
         model = load_causal_lm(path, getattr(torch, args.dtype), args.device).eval()
         tok = load_tokenizer(path)
     from serl.utils import cpu_model

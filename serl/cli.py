@@ -161,7 +161,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                      resolve_model_path)
     from serl.rollout.engine import engine_options, make_engine
     from serl.train.checkpoint import load_newest_intact
-    from serl.train.evaluate import evaluate_policy
+    from serl.train.evaluate import eval_tasks, evaluate_policy
     from serl.errors import ConfigError
     from serl.trajectory import Trajectory, write_jsonl
     from serl.utils import atomic_write_text, configure_cpu_threads
@@ -171,6 +171,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = load_run_config(Path(args.run), overrides) if args.run else load_config(recipe or DEFAULT_RECIPE, overrides)
     n = _eval_num_tasks(args.num_tasks, cfg.env.eval_num_tasks)  # before the model loads
     shard = _parse_shard(args.shard)
+    split = args.split or cfg.env.eval_split
+    if shard[1] > 1:  # an empty shard fails here, before the model loads and a journal is begun
+        eval_tasks(cfg, split, n, shard)
     configure_cpu_threads(cfg.trainer.num_threads)
     device = pick_device(cfg.trainer.device)
     path = resolve_model_path(cfg.model.path, cfg.model.gguf_file)
@@ -181,7 +184,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         source = str(ck)
     else:
         model, source = load_causal_lm(path, dtype, device, cfg.model.trust_remote_code, cfg.model.adapter), path
-    split = args.split or cfg.env.eval_split
     # the trainer's engine (rollout.engine; auto = vLLM where installed), so an evaluation samples
     # as the run's rollouts do; vLLM gets the policy's weights (a checkpoint's) at start-up
     engine, engine_name = make_engine(

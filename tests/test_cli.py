@@ -87,6 +87,7 @@ def test_eval_shards_play_interleaved_parts_of_the_tasks(tiny_model_dir, tmp_pat
         assert msg in capsys.readouterr().err
     assert main(["eval", *args[:-3], "--num-tasks", "1", "--greedy", "--shard", "1/2", "--out", str(tmp_path / "x")]) == 2
     assert "holds none" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "trajectories.jsonl.partial").exists()  # refused before a journal began
 
 
 def test_eval_stopped_after_a_chunk_goes_on_from_its_journal(tiny_model_dir, tmp_path, monkeypatch, capsys):

@@ -34,6 +34,20 @@ def eval_subset(tasks: list[Task], num_tasks: Optional[int]) -> list[Task]:
     return out
 
 
+def eval_tasks(cfg: Config, split: str, num_tasks: int = -1, shard: tuple[int, int] = (0, 1)) -> list[Task]:
+    """The tasks an evaluation plays: :func:`eval_subset` of ``split``'s tasks, then shard ``i`` of
+    ``k`` keeps its tasks ``i, i + k, ...`` (``serl eval --shard i/k``).
+
+    Raises:
+        ConfigError: the shard holds no task (fewer tasks than shards).
+    """
+    tasks = eval_subset(env_pool.list_tasks(cfg, split), num_tasks)[shard[0]::shard[1]]
+    if not tasks:
+        raise ConfigError(f"--shard {shard[0]}/{shard[1]}: the {split!r} evaluation has fewer tasks than shards, "
+                          f"so this shard holds none; use fewer shards or more --num-tasks")
+    return tasks
+
+
 def eval_sampling(cfg: Config, greedy: bool = False, seed: Optional[int] = None) -> SamplingParams:
     """Evaluation sampling: ``rollout.val_temperature`` and ``val_top_p`` (sampled when
     ``rollout.val_do_sample``, else greedy), or greedy; seeded with ``seed``."""
@@ -69,9 +83,7 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
         ValueError: ``done`` is not whole chunks of this evaluation's first tasks (another split,
             ``num_tasks``, ``rollout.micro_batch_size`` or ``rollout.val_n``).
     """
-    tasks = eval_subset(env_pool.list_tasks(cfg, split), num_tasks)[shard[0]::shard[1]]
-    if not tasks:
-        raise ConfigError(f"shard {shard[0]}/{shard[1]} of the {split!r} tasks holds none: fewer tasks than shards")
+    tasks = eval_tasks(cfg, split, num_tasks, shard)
     n = 1 if greedy else cfg.rollout.val_n
     chunk = max(1, min(cfg.rollout.micro_batch_size // n, len(tasks)))
     played = _finished_tasks(tasks, done, chunk, n)
