@@ -20,6 +20,7 @@ sys.path.insert(0, str(REPO_ROOT / "experiments"))  # the scripts import their s
 import learning  # noqa: E402
 import learning_math_report as lmr  # noqa: E402
 import learning_stats as stats  # noqa: E402
+from learning_fakes import FakeSerl, run_experiment, write_data  # noqa: E402
 from learning_options import MATH_ALGOS, MATH_SFT_DEFAULTS, parse_args  # noqa: E402
 
 
@@ -143,51 +144,9 @@ def test_math_algorithms_load_as_configs():
     assert got["serl"][:4] == (False, "none", True, "reference_solution")
 
 
-class FakeSerl:
-    """Stands in for ``Experiment.serl``: records each argv and writes what the command would."""
-
-    def __init__(self, stop_at=None, cap=None):
-        self.calls, self.stop_at, self.cap, self.seconds = [], stop_at, cap, []
-
-    def __call__(self, exp, *argv, seconds=0):
-        argv = list(argv)
-        self.seconds.append(seconds)
-        if self.stop_at is not None and self.stop_at(argv, len(self.calls)):
-            raise SystemExit("interrupted")
-        self.calls.append(argv)
-        opt = lambda flag: argv[argv.index(flag) + 1]  # noqa: E731
-        kv = dict(x.split("=", 1) for x in argv if "=" in x and not x.startswith("-"))
-        if argv[0] == "data":
-            Path(opt("--out")).write_text("".join(json.dumps({"uid": f"p{i}"}) + "\n" for i in range(5)))
-        elif argv[0] == "sft":
-            run = (Path(opt("--resume")) if "--resume" in argv else
-                   Path(kv["trainer.output_dir"]) / kv["trainer.run_name"] if "trainer.output_dir" in kv else exp.w / "sft")
-            (run / "model").mkdir(parents=True)
-            (run / "model" / "config.json").write_text("{}")
-        elif argv[0] == "train":
-            run = Path(opt("--resume")) if "--resume" in argv else Path(kv["trainer.output_dir"]) / kv["trainer.run_name"]
-            steps = int(kv.get("trainer.total_training_steps", 0))
-            reached = min(steps, self.cap) if self.cap is not None else steps  # a --train-seconds stop
-            (run / "checkpoints" / f"iter_{reached:06d}").mkdir(parents=True, exist_ok=True)
-            with open(run / "metrics.jsonl", "a") as f:
-                f.write(json.dumps({"iteration": int(kv["trainer.total_training_steps"]), "episode/success_rate": 0.5}) + "\n")
-        elif argv[0] == "eval":
-            out = Path(opt("--out"))
-            out.mkdir(parents=True)
-            (out / "metrics.json").write_text(json.dumps({"success_rate": 0.5, "num_tasks": int(opt("--num-tasks"))}))
-            if "env.alfworld.expert=planner" in argv:  # a DAgger round's play
-                (out / "trajectories.jsonl").write_text("")
-
-
 def _math_args(work, *extra):
     return parse_args(["--env", "math", "--workdir", str(work), "--seeds", "0", "1", "--iterations", "4",
                        "--eval-every", "2", "--panel-size", "3", "--algos", "grpo", "serl", "--expert-rows", "2", *extra])
-
-
-def _run(args, fake, monkeypatch):
-    monkeypatch.setattr(learning.Experiment, "serl", lambda exp, *argv, **kw: fake(exp, *argv, **kw))  # gets exp
-    monkeypatch.setattr(lmr, "write_math_report", lambda *a: None)  # the report has its own tests below
-    learning.Experiment(args).run()
 
 
 def test_math_phase_command_lines_resume_and_skip(tmp_path, monkeypatch):
@@ -195,7 +154,7 @@ def test_math_phase_command_lines_resume_and_skip(tmp_path, monkeypatch):
     # interrupted at grpo seed 0's second chunk (a resume of a run that has a checkpoint)
     first = FakeSerl(stop_at=lambda argv, n: argv[:2] == ["train", "--resume"])
     with pytest.raises(SystemExit):
-        _run(_math_args(work), first, monkeypatch)
+        run_experiment(_math_args(work), first, monkeypatch)
     sft, pool = work / "sft" / "model", work / "expert_pool.jsonl"
     ev = lambda p, it, lab: str(work / "eval" / p / f"it{it:03d}_gsm8k-test_{lab}")  # noqa: E731
     panel = ["--split", "gsm8k:test", "--num-tasks", "3"]
@@ -224,7 +183,7 @@ def test_math_phase_command_lines_resume_and_skip(tmp_path, monkeypatch):
     assert json.loads((work / "start.json").read_text()) == {"model": str(sft), "source": "expert+sft"}
 
     second = FakeSerl()  # the same command again: continues where it stopped, redoes nothing finished
-    _run(_math_args(work), second, monkeypatch)
+    run_experiment(_math_args(work), second, monkeypatch)
     assert second.calls[0] == ["train", "--resume", str(work / "rl" / "grpo_s0"), "trainer.total_training_steps=4"]
     assert not [c for c in second.calls if c[0] in ("data", "sft") or "it000" in c[-1] or "it002_" in c[-1] and "_s0" in c[-1]]
     trains = [c for c in second.calls if c[0] == "train"]
@@ -235,7 +194,7 @@ def test_math_phase_command_lines_resume_and_skip(tmp_path, monkeypatch):
             assert (Path(ev(p, it, lab)) / "metrics.json").exists()
         assert not Path(ev(p, 2, "avg4")).exists()
     third = FakeSerl()
-    _run(_math_args(work), third, monkeypatch)
+    run_experiment(_math_args(work), third, monkeypatch)
     assert third.calls == []
 
 
@@ -245,7 +204,7 @@ def test_math_sft_model_option_skips_expert_and_sft(tmp_path, monkeypatch):
     (model / "config.json").write_text("{}")
     work = tmp_path / "w"
     fake = FakeSerl()
-    _run(_math_args(work, "--sft-model", str(model), "--no-base-eval", "--panel-avg-k", "0"), fake, monkeypatch)
+    run_experiment(_math_args(work, "--sft-model", str(model), "--no-base-eval", "--panel-avg-k", "0"), fake, monkeypatch)
     assert [c[0] for c in fake.calls][:2] == ["eval", "train"] and not [c for c in fake.calls if c[0] in ("data", "sft")]
     assert fake.calls[0][:2] == ["eval", "recipe=cpu_math"] and f"model.path={model}" in fake.calls[0]
     assert f"model.path={model}" in fake.calls[1]
@@ -254,9 +213,9 @@ def test_math_sft_model_option_skips_expert_and_sft(tmp_path, monkeypatch):
     other.mkdir()
     (other / "config.json").write_text("{}")
     with pytest.raises(SystemExit, match="use another --workdir"):
-        _run(_math_args(work, "--sft-model", str(other)), FakeSerl(), monkeypatch)
+        run_experiment(_math_args(work, "--sft-model", str(other)), FakeSerl(), monkeypatch)
     with pytest.raises(SystemExit, match="no config.json"):
-        _run(_math_args(tmp_path / "w2", "--sft-model", str(tmp_path)), FakeSerl(), monkeypatch)
+        run_experiment(_math_args(tmp_path / "w2", "--sft-model", str(tmp_path)), FakeSerl(), monkeypatch)
 
 
 # ---------------------------------------------------------------------------- the math report
@@ -301,25 +260,20 @@ def test_serl_weight_stats_by_hand():
     assert stats.serl_weight_stats([unscored]) is None and stats.serl_weight_stats([]) is None
 
 
-def _write(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(x) + "\n" for x in obj) if isinstance(obj, list) else json.dumps(obj))
-
-
 def _synthetic_math_workdir(work: Path) -> None:
     """4 panel problems; SFT solves problem 0; grpo ends at 1/4, 2/4, 3/4 greedy, serl at 3/4, 3/4, 4/4."""
-    _write(work / "phases.json", {"expert": 60.0, "sft": 600.0, "eval": 120.0, "rl/grpo": 300.0})
-    _write(work / "start.json", {"model": str(work / "sft" / "model"), "source": "expert+sft"})
-    _write(work / "expert_pool.jsonl", [{"uid": i} for i in range(5)])
-    _write(work / "expert.jsonl", [{"uid": i} for i in range(2)])
-    _write(work / "sft" / "metrics.jsonl", [{"iteration": 1, "sft/loss": 2.0}, {"iteration": 2, "sft/loss": 1.0}])
+    write_data(work / "phases.json", {"expert": 60.0, "sft": 600.0, "eval": 120.0, "rl/grpo": 300.0})
+    write_data(work / "start.json", {"model": str(work / "sft" / "model"), "source": "expert+sft"})
+    write_data(work / "expert_pool.jsonl", [{"uid": i} for i in range(5)])
+    write_data(work / "expert.jsonl", [{"uid": i} for i in range(2)])
+    write_data(work / "sft" / "metrics.jsonl", [{"iteration": 1, "sft/loss": 2.0}, {"iteration": 2, "sft/loss": 1.0}])
     ids = [f"gsm8k-test-{i:05d}" for i in range(4)]
 
     def ev(policy, it, solved, avg, tool=1.0):
         d = work / "eval" / policy / f"it{it:03d}_gsm8k-test_greedy"
-        _write(d / "metrics.json", {"success_rate": len(solved) / 4, "num_tasks": 4, "tool_call_rate": tool})
-        _write(d / "tasks.jsonl", [{"task_id": t, "won": i in solved} for i, t in enumerate(ids)])
-        _write(work / "eval" / policy / f"it{it:03d}_gsm8k-test_avg4" / "metrics.json",
+        write_data(d / "metrics.json", {"success_rate": len(solved) / 4, "num_tasks": 4, "tool_call_rate": tool})
+        write_data(d / "tasks.jsonl", [{"task_id": t, "won": i in solved} for i, t in enumerate(ids)])
+        write_data(work / "eval" / policy / f"it{it:03d}_gsm8k-test_avg4" / "metrics.json",
                {"success_rate": avg, "acc/mean@4": avg, "acc/pass@4": min(1.0, 2 * avg), "num_tasks": 4, "tool_call_rate": tool})
 
     ev("base", 0, set(), 0.0, tool=0.0)
@@ -346,17 +300,17 @@ def _synthetic_math_workdir(work: Path) -> None:
                               "serl_action_mask/weight_min": 0.8 + 0.01 * i, "serl_action_mask/weight_max": 1.2 - 0.01 * i,
                               "serl_action_mask/delta_abs_mean": 0.01 * i, "serl_action_mask/clipped_fraction": 0.1})
                 rows.append(r)
-            _write(work / "rl" / f"{algo}_s{s}" / "metrics.jsonl", rows)
-    _write(work / "rl" / "grpo_s0" / "trace" / "4.jsonl",
+            write_data(work / "rl" / f"{algo}_s{s}" / "metrics.jsonl", rows)
+    write_data(work / "rl" / "grpo_s0" / "trace" / "4.jsonl",
            [{"iteration": 4, "task_id": "gsm8k-train-00001", "task_text": "How many?", "won": True, "episode_reward": 1.0,
              "response": "It is \\boxed{3}", "advantage": 0.5},
             {"iteration": 4, "task_id": "gsm8k-train-00002", "task_text": "How much?", "won": False, "episode_reward": -1.0,
              "response": "I give up", "advantage": -0.5}])
-    _write(work / "rl" / "serl_s1" / "trace" / "4.jsonl",
+    write_data(work / "rl" / "serl_s1" / "trace" / "4.jsonl",
            [{"iteration": 4, "task_id": "gsm8k-train-00003", "task_text": "Twice 4?", "won": True, "episode_reward": 1.0,
              "response": '<tool_call>\n{"name": "code_interpreter", "arguments": {"code": "print(2*4)"}}\n</tool_call>'
                          "user\n<tool_response>\n8\n</tool_response>\nThe answer is \\boxed{8}", "advantage": 0.75}])
-    _write(work / "rl" / "serl_s0" / "trace" / "2.jsonl",
+    write_data(work / "rl" / "serl_s0" / "trace" / "2.jsonl",
            [{"iteration": 2, "task_id": "gsm8k-train-00009", "task_text": "Old", "won": True, "episode_reward": 1.0,
              "response": "<tool_call>x</tool_call>", "advantage": 1.0}])
 
@@ -439,136 +393,6 @@ def test_math_report_wall_time_counts_every_finished_iteration():
                           "| rl/serl | — | 1.5 (1 iteration) |", ""]
 
 
-def _alfworld_args(work, *extra):
-    return parse_args(["--workdir", str(work), "--sft-model", str(work.parent / "start"), "--seeds", "0",
-                       "--iterations", "4", "--eval-every", "4", "--algos", "grpo", "serl",
-                       "--splits", "train", "valid_seen", *extra])
-
-
-def test_alfworld_options_every_game_greedy_jobs_and_errors(tmp_path):
-    a = _alfworld_args(tmp_path / "w", "--panel-per-type", "-1", "--panel-decoding", "greedy", "--jobs", "3",
-                       "--train-seconds", "60")
-    assert (a.panel_per_type, a.jobs, a.train_seconds) == (-1, 3, 60.0)
-    assert learning.Experiment(a).panels(4) == [("train", "train", [], ["--greedy"]),
-                                                ("valid_seen", "valid_seen", [], ["--greedy"])]
-    assert parse_args(["--splits", "valid_seen"]).panel_decoding == "sampled"  # the default, as before
-    for bad in (["--panel-per-type", "0"], ["--panel-per-type", "-2"], ["--jobs", "0"], ["--train-seconds", "-1"]):
-        with pytest.raises(SystemExit):
-            parse_args(bad)
-
-
-def test_alfworld_jobs_and_train_seconds_label_the_panel_with_the_iteration_reached(tmp_path, monkeypatch):
-    start = tmp_path / "start"
-    start.mkdir()
-    (start / "config.json").write_text("{}")
-    work = tmp_path / "w"
-    import learning_report
-    monkeypatch.setattr(learning_report, "write_report", lambda *a: None)
-    fake = FakeSerl(cap=3)  # every run stopped by --train-seconds after 3 of its 4 iterations
-    _run(_alfworld_args(work, "--panel-per-type", "-1", "--panel-decoding", "greedy", "--jobs", "3",
-                        "--train-seconds", "60"), fake, monkeypatch)
-    trains = [c for c in fake.calls if c[0] == "train"]
-    assert len(trains) == 2 and all("trainer.total_training_steps=4" in c for c in trains)
-    assert sorted(t for c, t in zip(fake.calls, fake.seconds) if c[0] == "train") == [60, 60]
-    assert all(t == 0 for c, t in zip(fake.calls, fake.seconds) if c[0] == "eval")  # only training is capped
-    evals = sorted(c[-1].split("/eval/")[1] for c in fake.calls if c[0] == "eval")
-    assert evals == ["grpo_s0/it003_train", "grpo_s0/it003_valid_seen", "serl_s0/it003_train",
-                     "serl_s0/it003_valid_seen", "sft/it000_train", "sft/it000_valid_seen"]
-    for c in fake.calls:
-        if c[0] == "eval":
-            assert c[c.index("--num-tasks") + 1] == "-1" and "--greedy" in c
-
-
-def _panel(work: Path, policy: str, it: int, split: str, won: list[bool]) -> None:
-    out = work / "eval" / policy / f"it{it:03d}_{split}"
-    _write(out / "metrics.json", {"success_rate": sum(won) / len(won), "valid_action_ratio": 1.0,
-                                  "admissible_action_ratio": 1.0, "num_tasks": len(won)})
-    (out / "tasks.jsonl").write_text("".join(json.dumps({"task_id": f"{split}/g{i}", "won": w}) + "\n"
-                                             for i, w in enumerate(won)))
-
-
-def test_alfworld_report_pairs_each_run_end_with_the_start_by_hand(tmp_path):
-    import learning_report as lr
-
-    work = tmp_path / "w"
-    T, F = True, False
-    _panel(work, "sft", 0, "valid_seen", [T, T, F, F, F, F])
-    _panel(work, "sft", 0, "valid_unseen", [F, F, F, F])
-    _panel(work, "grpo_s0", 3, "valid_seen", [T, F, T, T, T, F])  # +3 (g2, g3, g4), -1 (g1)
-    _panel(work, "grpo_s0", 3, "valid_unseen", [T, T, F, F])      # +2
-    _panel(work, "grpo_s0", 1, "valid_seen", [F] * 6)             # an earlier point, not the end
-    _panel(work, "serl_s0", 2, "valid_seen", [T, T, F, F, F, F])  # no valid_unseen yet: no end
-    evals = stats.load_panel(work)
-    splits = ["valid_seen", "valid_unseen"]
-    ends = stats.run_ends(evals, ["grpo_s0", "serl_s0"], splits)
-    assert ends == {"grpo_s0": 3}
-    table = lr.paired_table(work, ["grpo", "serl"], [0], splits, ends, splits)
-    assert "| grpo_s0 (iteration 3) | valid_seen (6) | 2 | 4 | 3 | 1 | 0.625 |" in table
-    assert "| grpo_s0 (iteration 3) | valid_unseen (4) | 0 | 2 | 2 | 0 | 0.500 |" in table
-    # pooled held-out: b = 5, c = 1: p = 2 * (1 + 6) / 64
-    assert f"| grpo_s0 | held-out (valid_seen + valid_unseen) | 2 | 6 | 5 | 1 | {2 * 7 / 64:.3f} |" in table
-    assert not [x for x in table if x.startswith("| serl")]
-    # two seeds pooled: McNemar on the counts, and by task (g0 of valid_unseen up in both runs: net 2)
-    _panel(work, "grpo_s1", 3, "valid_seen", [T, T, F, F, F, F])    # no change
-    _panel(work, "grpo_s1", 3, "valid_unseen", [T, F, F, F])        # +1 (g0)
-    ends = stats.run_ends(stats.load_panel(work), ["grpo_s0", "grpo_s1"], splits)
-    table = lr.paired_table(work, ["grpo"], [0, 1], splits, ends, splits)
-    assert f"| grpo, 2 runs pooled | held-out | | | 6 | 1 | {2 * 8 / 128:.3f} |" in table
-    # nets: valid_seen g1 -1, g2 g3 g4 +1, valid_unseen g0 +2, g1 +1: |sum| 5 of weights 1,1,1,1,2,1
-    assert f"| grpo, 2 runs by task | held-out | | | 5 | 1 | {stats.paired_counts_p([-1, 1, 1, 1, 2, 1]):.3f} |" in table
-    # weights 1, 1, 1, 1, 1, 2 (sum 7): S >= 5 with all signs + or one weight-1 sign flipped (6 vectors), S <= -5 alike
-    assert stats.paired_counts_p([-1, 1, 1, 1, 2, 1]) == 12 / 64
-    final = lr.final_table(evals, ["grpo", "serl"], [0], splits, ends)
-    assert "| grpo, iteration 3 | valid_seen | 0.667 ± 0.000 (n=1) | 1.000 ± 0.000 (n=1) | 1.000 ± 0.000 (n=1) |" in final
-    assert "| serl | valid_seen | not evaluated yet | | |" in final
-
-
-def test_alfworld_report_training_curves_by_hand():
-    """Each seed's training success as a trailing moving average (window 2), per algorithm; a run
-    with no metrics gives no curve."""
-    import learning_report as lr
-
-    train = {"grpo_s0": {1: {"episode/success_rate": 0.0}, 2: {"episode/success_rate": 1.0}, 3: {"x": 1}},
-             "grpo_s1": {1: {"episode/success_rate": 0.5}}}
-    assert lr.train_curves(train, ["grpo", "serl"], [0, 1], 2) == {"grpo": {0: [0.0, 0.5], 1: [0.5]}, "serl": {}}
-
-
-def test_alfworld_train_pool_is_the_games_after_the_sft_ones_in_the_expert_order(tmp_path):
-    """--train-pool SKIP:COUNT copies the COUNT train games after the first SKIP of `serl data
-    expert --seed`'s order (the shipped fixture: 4 games of the recipe's two types) and the other
-    panel splits' games of those types; later commands read that folder."""
-    from serl.configure import load_config
-    from serl.envs.base import list_tasks
-    from serl.rollout.expert import pick_tasks
-
-    data = REPO_ROOT / "serl" / "data" / "alfworld"
-    a = parse_args(["--workdir", str(tmp_path / "w"), "--data-dir", str(data), "--sft-model", "x",
-                    "--splits", "train", "valid_unseen", "--train-pool", "1:2", "--expert-seed", "3"])
-    exp = learning.Experiment(a)
-    exp.pool_data()
-    out = tmp_path / "w" / "pool_data"
-    assert a.data_dir == str(out) and f"env.data_dir={out}" in exp.common()
-    order = pick_tasks(list_tasks(load_config("cpu_learn", [f"env.data_dir={data}"]).env, "train"), -1, 3)
-    want = ["/".join(Path(t.task_id).parts[-3:-1]) for t in order[1:3]]
-    assert (out / "POOL.txt").read_text().split() == want
-    assert sorted("/".join(p.parts[-3:-1]) for p in (out / "json_2.1.1" / "train").glob("*/*/game.tw-pddl")) == sorted(want)
-    unseen = sorted(p.name for p in (out / "json_2.1.1" / "valid_unseen").iterdir())
-    assert unseen and all(n.split("-")[0] in ("look_at_obj_in_light", "pick_and_place_simple") for n in unseen)
-    assert len(unseen) == len([p for p in (data / "json_2.1.1" / "valid_unseen").iterdir()
-                               if p.name.split("-")[0] in ("look_at_obj_in_light", "pick_and_place_simple")])
-    exp2 = learning.Experiment(parse_args(["--workdir", str(tmp_path / "w"), "--data-dir", str(data), "--sft-model",
-                                           "x", "--splits", "train", "--train-pool", "1:2"]))
-    exp2.pool_data()  # done once: a re-run reuses it
-    assert (out / "POOL.txt").read_text().split() == want
-    with pytest.raises(SystemExit):
-        learning.Experiment(parse_args(["--workdir", str(tmp_path / "v"), "--data-dir", str(data), "--sft-model", "x",
-                                        "--train-pool", "3:2"])).pool_data()  # 4 games only
-    for bad in (["--train-pool", "2"], ["--train-pool", "-1:2"], ["--train-pool", "1:0"],
-                ["--env", "math", "--data-dir", "d", "--train-pool", "1:2"], ["--train-pool", "1:2"]):
-        with pytest.raises(SystemExit):
-            parse_args(bad)
-
-
 def test_math_panel_of_the_few_step_problems(tmp_path, monkeypatch):
     """--splits gsm8k:test@2 gsm8k:test: the first panel is every test problem of at most 2 solution
     steps (serl eval with the train-split filter pointed at the test split), the second the first
@@ -591,7 +415,7 @@ def test_math_panel_of_the_few_step_problems(tmp_path, monkeypatch):
     fake = FakeSerl()
     args = _math_args(tmp_path / "w", "--sft-model", str(start), "--no-base-eval", "--panel-avg-k", "0",
                       "--seeds", "0", "--algos", "grpo", "--iterations", "2", "--splits", "gsm8k:test@2", "gsm8k:test")
-    _run(args, fake, monkeypatch)
+    run_experiment(args, fake, monkeypatch)
     evals = [c for c in fake.calls if c[0] == "eval" and "/sft/" in c[-1]]
     assert evals[0] == ["eval", "recipe=cpu_math", f"model.path={start}", "env.train_split=gsm8k:test",
                         "env.math.max_solution_steps=2", "--split", "gsm8k:test", "--num-tasks", "-1", "--greedy",
@@ -608,8 +432,8 @@ def test_math_report_runs_stopped_by_train_seconds_end_where_they_stopped(tmp_pa
     shutil.rmtree(work / "eval" / "serl_s2" / "it004_gsm8k-test_greedy")
     shutil.rmtree(work / "eval" / "serl_s2" / "it004_gsm8k-test_avg4")
     d = work / "eval" / "serl_s2" / "it003_gsm8k-test_greedy"
-    _write(d / "metrics.json", {"success_rate": 0.75, "num_tasks": 4, "tool_call_rate": 1.0})
-    _write(d / "tasks.jsonl", [{"task_id": f"gsm8k-test-{i:05d}", "won": i > 0} for i in range(4)])
+    write_data(d / "metrics.json", {"success_rate": 0.75, "num_tasks": 4, "tool_call_rate": 1.0})
+    write_data(d / "tasks.jsonl", [{"task_id": f"gsm8k-test-{i:05d}", "won": i > 0} for i in range(4)])
     base = ["--env", "math", "--workdir", str(work), "--iterations", "4", "--eval-every", "2", "--panel-size", "4",
             "--algos", "grpo", "serl", "--smooth-window", "2"]
     md = lmr.write_math_report(work, parse_args(base + ["--train-seconds", "60"]), {}, "Test CPU").read_text()
@@ -656,216 +480,3 @@ def test_null_update_keeps_each_layers_update_size_in_a_new_direction(tmp_path):
     assert (out / "checkpoints" / "latest").read_text().strip() == "iter_000002"
     with pytest.raises(FileNotFoundError, match="config.yaml"):
         null_update.write_null_run(tmp_path / "null" / "checkpoints", tmp_path / "x", 1)
-
-
-def test_alfworld_cold_start_alone_from_an_expert_file_with_a_compared_policy(tmp_path, monkeypatch):
-    """``--expert-file`` (rows made beforehand) skips the expert command and is the SFT's data;
-    ``--iterations 0`` trains nothing and evaluates the SFT start; ``--compare-model`` plays the same
-    panels with its own overrides (with ``--jobs`` > 1 too)."""
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps({"task_id": "g0", "messages": []}) + "\n")
-    work = tmp_path / "w"
-    import learning_report
-    monkeypatch.setattr(learning_report, "write_report", lambda *a: None)
-    fake = FakeSerl()
-    _run(parse_args(["--workdir", str(work), "--expert-file", str(rows), "--iterations", "0", "--seeds", "0",
-                     "--splits", "valid_unseen", "--panel-per-type", "-1", "--panel-decoding", "greedy", "--jobs", "2",
-                     "--compare-model", "old-cold-start", "--compare-override", "env.prompt_layout=step"]),
-         fake, monkeypatch)
-    assert [c[0] for c in fake.calls if c[0] != "eval"] == ["sft"]  # no `serl data expert`, no `serl train`
-    assert (work / "expert.jsonl").read_text() == rows.read_text()
-    evals = {c[-1].split("/eval/")[1]: c for c in fake.calls if c[0] == "eval"}
-    assert sorted(evals) == ["compare/it000_valid_unseen", "sft/it000_valid_unseen"]
-    cmp = evals["compare/it000_valid_unseen"]
-    assert "model.path=old-cold-start" in cmp and "env.prompt_layout=step" in cmp
-    assert "env.prompt_layout=step" not in evals["sft/it000_valid_unseen"]
-    with pytest.raises(SystemExit):
-        parse_args(["--expert-file", str(tmp_path / "missing.jsonl")])
-    with pytest.raises(SystemExit):
-        parse_args(["--iterations", "-1"])
-
-
-def test_alfworld_dagger_rounds_play_label_aggregate_and_fine_tune(tmp_path, monkeypatch):
-    """``--dagger-rounds 2`` from ``--sft-model``: each round plays train games with the planner at
-    T = 1 from the previous round's model, makes rows, fine-tunes on --dagger-data plus every round's
-    rows so far, and gets the start panels; the SFT start keeps its own panel, RL (none here) would
-    start from round 2's model; a re-run does nothing."""
-    import learning_report
-
-    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
-    model = tmp_path / "cold"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    extra = tmp_path / "expert_rows.jsonl"
-    extra.write_text('{"expert": 1}\n')
-    work = tmp_path / "w"
-    args = ["--workdir", str(work), "--sft-model", str(model), "--dagger-rounds", "2", "--dagger-tasks", "6",
-            "--dagger-data", str(extra), "--dagger-keep-won", "--dagger-labels", "seen", "--dagger-override", "env.max_steps=20",
-            "--iterations", "0", "--seeds", "0", "--splits", "valid_unseen", "--compare-model", "old"]
-    fake = FakeSerl()
-    _run(parse_args(args), fake, monkeypatch)
-    d1, d2 = work / "dagger" / "r1", work / "dagger" / "r2"
-    m1, m2 = d1 / "sft" / "model", d2 / "sft" / "model"
-    play = lambda m, r, d: ["eval", "recipe=cpu_learn", f"model.path={m}", "env.alfworld.expert=planner",  # noqa: E731
-                            "rollout.val_temperature=1.0", "rollout.val_n=1", "env.max_steps=20", "--split", "train",
-                            "--num-tasks", "6", "--seed", str(1000 + r), "--out", str(d / "play")]
-    rows = lambda r, d: ["data", "dagger", str(d / "play" / "trajectories.jsonl"), "--out", str(d / "rows.jsonl"),  # noqa: E731
-                         "--rows-per-episode", "2", "--keep-won", "--labels", "seen", "--seed", str(r)]
-    calls = [c for c in fake.calls if not (c[0] == "eval" and "/eval/" in c[-1])]
-    assert calls[0] == play(model, 1, d1) and calls[1] == rows(1, d1)
-    assert calls[2][:5] == ["sft", "--data", str(d1 / "data.jsonl"), "recipe=cpu_learn", f"model.path={model}"]
-    assert calls[3] == play(m1, 2, d2) and calls[4] == rows(2, d2)
-    assert calls[5][:5] == ["sft", "--data", str(d2 / "data.jsonl"), "recipe=cpu_learn", f"model.path={m1}"]
-    assert f"trainer.output_dir={d2}" in calls[5] and len(calls) == 6
-    assert (d2 / "data.jsonl").read_text() == extra.read_text() + (d1 / "rows.jsonl").read_text() + (d2 / "rows.jsonl").read_text()
-    panels = {c[-1].split("/eval/")[1]: c for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}
-    assert sorted(panels) == ["compare/it000_valid_unseen", "dagger1/it000_valid_unseen", "dagger2/it000_valid_unseen",
-                              "sft/it000_valid_unseen"]
-    assert f"model.path={m2}" in panels["dagger2/it000_valid_unseen"] and f"model.path={model}" in panels["sft/it000_valid_unseen"]
-    assert json.loads((work / "start.json").read_text()) == {"model": str(m2), "source": "--sft-model+dagger2"}
-    again = FakeSerl()
-    _run(parse_args(args), again, monkeypatch)
-    assert again.calls == []
-    with pytest.raises(SystemExit):
-        parse_args(["--env", "math", "--dagger-rounds", "1"])
-
-
-def test_alfworld_dagger_with_jobs_runs_the_start_panels_beside_the_rounds(tmp_path, monkeypatch):
-    """With ``--jobs 2`` the SFT model's start panel does not wait for the DAgger round: the
-    round's fine-tuning waits here until that panel has started (sequentially it never would)."""
-    import threading
-
-    import learning_report
-
-    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
-    model = tmp_path / "cold"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    started, waited = threading.Event(), []
-
-    class Beside(FakeSerl):
-        def __call__(self, exp, *argv, seconds=0):
-            if argv[0] == "eval" and "/eval/sft/" in argv[-1]:
-                started.set()
-            if argv[0] == "sft":
-                waited.append(started.wait(10))
-            return super().__call__(exp, *argv, seconds=seconds)
-
-    fake = Beside()
-    _run(parse_args(["--workdir", str(tmp_path / "w"), "--sft-model", str(model), "--dagger-rounds", "1",
-                     "--iterations", "0", "--seeds", "0", "--splits", "valid_unseen", "--jobs", "2"]), fake, monkeypatch)
-    assert waited == [True]
-    assert sorted(c[-1].split("/eval/")[1] for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]) == [
-        "dagger1/it000_valid_unseen", "sft/it000_valid_unseen"]
-
-
-def test_alfworld_report_start_policies_by_hand(tmp_path):
-    """The start table: wins per task type, steps to win, loops among the lost (from actions.jsonl),
-    and the SFT start against the compared model game by game."""
-    from learning_report import is_loop, start_table
-
-    def panel(policy, won, types, lengths, actions):
-        out = tmp_path / "eval" / policy / "it000_valid_unseen"
-        out.mkdir(parents=True)
-        (out / "tasks.jsonl").write_text("".join(json.dumps({"task_id": f"g{i}", "won": w, "task_type": t, "length": n})
-                                                 + "\n" for i, (w, t, n) in enumerate(zip(won, types, lengths))))
-        (out / "actions.jsonl").write_text("".join(json.dumps({"actions": a}) + "\n" for a in actions))
-
-    loop, wander = ["go to a", "take x from a"] * 3, [f"go to r{i}" for i in range(6)]
-    panel("sft", [True, True, False, False], ["a", "b", "a", "b"], [4, 6, 6, 6], [["x"] * 4, ["y"] * 6, loop, wander])
-    panel("compare", [False, True, False, False], ["a", "b", "a", "b"], [6, 8, 6, 6], [loop, ["y"] * 8, loop, loop])
-    assert is_loop(loop) and not is_loop(wander) and not is_loop(["a"] * 5)
-    lines = start_table(tmp_path, ["valid_unseen"])
-    assert lines[2] == "| SFT start | valid_unseen | 2/4 | 1/2 | 1/2 | 5.0 | 1/2 |"
-    assert lines[3] == "| compared model | valid_unseen | 1/4 | 0/2 | 1/2 | 8.0 | 3/3 |"
-    assert lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"  # one game only the SFT start wins: McNemar p = 1
-    assert lines[-3] == "| panel | only the SFT start wins | only the compared model wins | McNemar p |"
-    assert start_table(tmp_path, ["valid_seen"]) == []
-    # a DAgger round's panel: a row of its own, paired with the SFT start before the compared model
-    panel("dagger1", [True, True, True, False], ["a", "b", "a", "b"], [4, 5, 6, 6], [["x"] * 4, ["y"] * 5, ["z"] * 6, wander])
-    lines = start_table(tmp_path, ["valid_unseen"])
-    assert lines[3] == "| DAgger round 1 | valid_unseen | 3/4 | 2/2 | 1/2 | 5.0 | 0/1 |"
-    i = lines.index("| panel | only the SFT start wins | only DAgger round 1 wins | McNemar p |")
-    assert lines[i + 2] == "| valid_unseen (4) | 0 | 1 | 1 |" and lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"
-
-
-@pytest.mark.parametrize("leg,extra,sft_settings,evals", [
-    ("alfworld_sft_size", ["--expert-tasks", "60", "--data-dir", "DATA"],
-     ["model.path=smollm2-135m-instruct", "model.lora.r=8", "sft.epochs=1", "sft.batch_size=4", "sft.lr=5e-4",
-      "sft.warmup_steps=3"],
-     {("sft", "valid_seen"), ("sft", "valid_unseen"), ("compare", "valid_seen"), ("compare", "valid_unseen")}),
-    ("math_sft_size", ["--expert-rows", "2", "--panel-size", "3"],
-     ["model.path=smollm2-135m-instruct", "model.lora.r=8", "sft.epochs=1", "sft.batch_size=8", "sft.lr=5e-4"],
-     {(p, f"gsm8k-test_{d}") for p in ("base", "sft", "compare") for d in ("greedy", "avg4")}),
-])
-def test_sft_size_legs_run_the_retired_scripts_settings(leg, extra, sft_settings, evals, tmp_path, monkeypatch):
-    """The cold-start size curves are legs now: one point = the leg plus its size; the SFT gets the
-    settings of the scripts that made the published curves (later overrides win in serl), then every
-    panel of the SFT and of the shipped cold start, greedy, and no RL."""
-    fake = FakeSerl()
-    import learning_report
-
-    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
-    a = parse_args([f"@{REPO_ROOT / 'experiments' / 'legs' / (leg + '.args')}", "--workdir", str(tmp_path / "w"), *extra])
-    _run(a, fake, monkeypatch)
-    (sft,) = [c for c in fake.calls if c[0] == "sft"]
-    kv = dict(x.split("=", 1) for x in sft if "=" in x and not x.startswith("-"))  # the last value of a key wins
-    assert [f"{k}={kv[k]}" for k in (s.split("=")[0] for s in sft_settings)] == sft_settings
-    assert not [c for c in fake.calls if c[0] == "train"]
-    got = {(Path(c[-1]).parent.name, Path(c[-1]).name.split("_", 1)[1]) for c in fake.calls if c[0] == "eval"}
-    assert got == evals
-    assert all("--greedy" in c for c in fake.calls if c[0] == "eval" and "avg" not in c[-1])
-
-
-def test_alfworld_report_dagger_rounds_by_hand(tmp_path):
-    """The DAgger table: per round, the train games won, the steps right by the planner, the rows."""
-    from learning_report import dagger_table
-
-    from serl.envs.base import Task
-    from serl.trajectory import Step, Trajectory, write_jsonl
-
-    def step(i, action, plan, won=False):
-        return Step(step_id=i, observation="", prompt="", prompt_ids=[1], response_ids=[2], response_text="",
-                    action_mask=[1], action=action, action_valid=True, won=won, done=won, info={"expert_plan": plan})
-
-    won = Trajectory(uid="g", traj_uid="a", task=Task("alfworld", "g0", "look_at_obj_in_light"))
-    won.extra["expert_plan0"] = ["go to desk 1", "use lamp 1"]
-    won.steps = [step(0, "go to desk 1", ["use lamp 1"]), step(1, "use lamp 1", [], won=True)]  # right, right
-    lost = Trajectory(uid="h", traj_uid="b", task=Task("alfworld", "g1", "look_at_obj_in_light"))
-    lost.extra["expert_plan0"] = ["go to desk 1", "use lamp 1"]
-    lost.steps = [step(0, "look", ["go to desk 1", "use lamp 1"]), step(1, "go to desk 1", ["use lamp 1"])]  # wrong, right
-    d = tmp_path / "dagger" / "r1"
-    (d / "play").mkdir(parents=True)
-    write_jsonl(d / "play" / "trajectories.jsonl", [won, lost])
-    (d / "rows.jsonl").write_text('{"source": "dagger"}\n{"source": "won"}\n')
-    assert dagger_table(tmp_path)[2] == "| 1 | 1/2 | 3/4 (75%) | 1 | 1 |"
-    assert dagger_table(tmp_path / "none") == []
-
-
-def test_dagger_leg_plays_labels_fine_tunes_and_compares_without_rl(tmp_path, monkeypatch):
-    """experiments/legs/alfworld_dagger.args: one round from the shipped conversation cold start
-    (its play at T = 1, 20 steps, the planner on), the SFT with the leg's settings, then the round's
-    model and the cold start on every held-out game greedily; no RL."""
-    import learning_report
-
-    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
-    cold = tmp_path / "cold"
-    cold.mkdir()
-    (cold / "config.json").write_text("{}")
-    fake = FakeSerl()
-    a = parse_args([f"@{REPO_ROOT / 'experiments' / 'legs' / 'alfworld_dagger.args'}", "--workdir", str(tmp_path / "w"),
-                    "--sft-model", str(cold), "--data-dir", "DATA"])
-    _run(a, fake, monkeypatch)
-    assert [c[0] for c in fake.calls if c[0] != "eval"] == ["data", "sft"]
-    play = fake.calls[0]
-    for x in ("recipe=cpu_conversation", "env.alfworld.expert=planner", "rollout.val_temperature=1.0", "env.max_steps=20"):
-        assert x in play
-    assert play[play.index("--num-tasks") + 1] == "120" and play[play.index("--split") + 1] == "train"
-    rows = fake.calls[1]
-    assert "--keep-won" in rows and rows[rows.index("--labels") + 1] == "seen"
-    assert rows[rows.index("--rows-per-episode") + 1] == "4"
-    (sft,) = [c for c in fake.calls if c[0] == "sft"]
-    assert "sft.epochs=1" in sft and f"model.path={cold}" in sft
-    got = {(Path(c[-1]).parent.name, Path(c[-1]).name) for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}
-    assert got == {(p, f"it000_{s}") for p in ("sft", "dagger1") for s in ("valid_seen", "valid_unseen")}
-    assert all("--greedy" in c and c[c.index("--num-tasks") + 1] == "-1" for c in fake.calls if "/eval/" in c[-1])
