@@ -2,7 +2,8 @@
 
     serl train [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR] [--data-dir DIR]
     serl eval  [recipe=NAME|PATH] [key=value ...] [--run RUN_DIR] [--split S] [--num-tasks N]
-               [--greedy] [--seed N] [--data-dir DIR] [--out DIR|FILE.jsonl]
+               [--greedy] [--seed N] [--data-dir DIR] [--shard I/N] [--out DIR|FILE.jsonl]
+    serl eval  --merge DIR... --out DIR    (one evaluation from its --shard parts)
     serl report RUN_DIR... [--out FILE.html] [--iteration N]
     serl sft   --data FILE.jsonl [recipe=NAME|PATH] [key=value ...] [--resume RUN_DIR]
     serl data {download,expert} ...      (serl.cli_data)
@@ -163,9 +164,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from serl.train.checkpoint import load_newest_intact
     from serl.train.evaluate import eval_tasks, evaluate_policy
     from serl.errors import ConfigError
-    from serl.trajectory import Trajectory, write_jsonl
-    from serl.utils import atomic_write_text, configure_cpu_threads
+    from serl.trajectory import Trajectory
+    from serl.utils import configure_cpu_threads
 
+    if args.merge:
+        return cmd_eval_merge(args)
     recipe, overrides = _split_overrides(args.overrides)
     overrides += _data_dir_override(args)
     cfg = load_run_config(Path(args.run), overrides) if args.run else load_config(recipe or DEFAULT_RECIPE, overrides)
@@ -205,15 +208,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
                               on_chunk=lambda new: journal.append(*({"trajectory": t.to_dict()} for t in new)))
     except ValueError as e:
         raise ConfigError(f"{journal.path}: {e}; delete it to start over") from e
-    m = res["metrics"]
     adapter = {"adapter": cfg.model.adapter} if cfg.model.adapter and not args.run else {}  # merged at load
     part = {"shard": f"{shard[0]}/{shard[1]}"} if shard[1] > 1 else {}
-    print(f"\nserl eval: {cfg.env.name} {split}, {int(m['num_tasks'])} tasks"
+    print(f"\nserl eval: {cfg.env.name} {split}, {int(res['metrics']['num_tasks'])} tasks"
           + (f" (shard {part['shard']})" if part else "") + f", {mode}, model {source}"
           + (f" + adapter {cfg.model.adapter}" if adapter else ""))
-    from serl.envs.base import row_layout
+    write_eval(out, {"split": split, "mode": mode, "model": source, **adapter, **part}, res["metrics"],
+               res["trajectories"], cfg.env.name, tasks_file)
+    journal.remove()
+    print(f"  written to {out}" + (" (serl report shows it)" if args.run else ""))
+    return 0
 
-    step_rows = row_layout(cfg.env.name) == "step"  # one action per step: the action ratios mean something
+
+def write_eval(out: Path, meta: dict, m: dict, trajs: list, env_name: str, tasks_file: Path | None = None) -> None:
+    """Print an evaluation's metrics and write ``out/metrics.json`` (``meta`` then the metrics),
+    ``out/trajectories.jsonl`` and ``out/tasks.jsonl`` (one line per episode, :func:`task_result`;
+    also to ``tasks_file`` when given): ``serl eval`` and ``serl eval --merge``."""
+    from serl.envs.base import row_layout
+    from serl.trajectory import write_jsonl
+    from serl.utils import atomic_write_text
+
+    step_rows = row_layout(env_name) == "step"  # one action per step: the action ratios mean something
     print(f"  success rate: {m['success_rate']:.3f}" + (
         f"   valid-action ratio: {m['valid_action_ratio']:.3f}   admissible-action ratio: "
         f"{m['admissible_action_ratio']:.3f}" if step_rows else ""))
@@ -228,16 +243,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for k, v in m.items():  # the env's own episode metrics and the sample metrics (acc/mean@n, pass@k ...)
         if k not in shown and isinstance(v, (int, float)):
             print(f"  {k:<36} {v:.3f}")
-    atomic_write_text(out / "metrics.json",
-                      json.dumps({"split": split, "mode": mode, "model": source, **adapter, **part, **m}, indent=2))
-    write_jsonl(out / "trajectories.jsonl", res["trajectories"])
-    lines = "".join(json.dumps({"split": split, "mode": mode, **task_result(t)}) + "\n" for t in res["trajectories"])
+    atomic_write_text(out / "metrics.json", json.dumps({**meta, **m}, indent=2))
+    write_jsonl(out / "trajectories.jsonl", trajs)
+    lines = "".join(json.dumps({"split": meta["split"], "mode": meta["mode"], **task_result(t)}) + "\n" for t in trajs)
     atomic_write_text(out / "tasks.jsonl", lines)
     if tasks_file is not None:
         atomic_write_text(tasks_file, lines)
         print(f"  per-task results: {tasks_file}")
-    journal.remove()
-    print(f"  written to {out}" + (" (serl report shows it)" if args.run else ""))
+
+
+def cmd_eval_merge(args: argparse.Namespace) -> int:
+    """``serl eval --merge DIR ... --out OUT``: one evaluation from the output folders of its
+    ``--shard I/N`` parts (no model is loaded): its metrics recomputed over every part's episodes,
+    and its trajectories and per-task lines in the whole evaluation's task order."""
+    from serl.errors import ConfigError
+    from serl.train.evaluate import eval_metrics, merge_shards
+    from serl.trajectory import read_jsonl
+
+    if not args.out or args.out.endswith(".jsonl"):
+        raise ConfigError("serl eval --merge needs --out DIR, the folder for the merged evaluation")
+    parts = []
+    for d in map(Path, args.merge):
+        if not (d / "metrics.json").is_file() or not (d / "trajectories.jsonl").is_file():
+            raise ConfigError(f"serl eval --merge: {d} holds no finished serl eval (metrics.json, trajectories.jsonl)")
+        parts.append((json.loads((d / "metrics.json").read_text()), read_jsonl(d / "trajectories.jsonl")))
+    meta, trajs = merge_shards(parts)
+    n = len(trajs) // sum(int(p[0]["num_tasks"]) for p in parts)
+    m = eval_metrics(trajs[0].task.env_name, trajs, n)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"serl eval --merge: {trajs[0].task.env_name} {meta['split']}, {int(m['num_tasks'])} tasks from "
+          f"{meta['shards']} shards, {meta['mode']}, model {meta['model']}"
+          + (f" + adapter {meta['adapter']}" if meta.get("adapter") else ""))
+    write_eval(out, {**meta, "merged": [str(d) for d in args.merge]}, m, trajs, trajs[0].task.env_name)
+    print(f"  written to {out}")
     return 0
 
 
@@ -345,6 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--shard", metavar="I/N", help="play the I-th of N interleaved parts of the tasks (tasks I, I+N, ...), "
                    "e.g. one process per part on one machine; the parts' tasks.jsonl together are the whole "
                    "evaluation's tasks (sampled episodes are seeded per chunk, so they differ from one process's)")
+    e.add_argument("--merge", nargs="+", metavar="DIR", help="merge the output folders of one evaluation's "
+                   "--shard I/N parts into --out DIR (no model is loaded; the metrics are recomputed over all episodes)")
     e.add_argument("--out", help="FILE.jsonl: also write the per-task results (one JSON line per task) there; "
                    "otherwise the output folder (default <run>/eval_<split> or <output_dir>/eval_<split>: "
                    "metrics.json, trajectories.jsonl, tasks.jsonl; while it runs trajectories.jsonl.partial, "

@@ -88,6 +88,48 @@ def test_eval_shards_play_interleaved_parts_of_the_tasks(tiny_model_dir, tmp_pat
     assert main(["eval", *args[:-3], "--num-tasks", "1", "--greedy", "--shard", "1/2", "--out", str(tmp_path / "x")]) == 2
     assert "holds none" in capsys.readouterr().err
     assert not (tmp_path / "x" / "trajectories.jsonl.partial").exists()  # refused before a journal began
+    # the parts merged: the whole evaluation's tasks in its order, each with its part's episode
+    assert main(["eval", "--merge", str(tmp_path / "part1"), str(tmp_path / "part0"), "--out", str(tmp_path / "m")]) == 0
+    assert "5 tasks from 2 shards" in capsys.readouterr().out
+    lines = {d: [json.loads(x) for x in (tmp_path / d / "tasks.jsonl").read_text().splitlines()] for d in ("part0", "part1", "m")}
+    assert [x["task_id"] for x in lines["m"]] == ids["all"]
+    assert lines["m"][0::2] == lines["part0"] and lines["m"][1::2] == lines["part1"]
+    merged = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    assert merged["num_tasks"] == 5 and merged["shards"] == 2 and "shard" not in merged
+    assert merged["success_rate"] == sum(x["won"] for x in lines["m"]) / 5
+    assert (tmp_path / "m" / "trajectories.jsonl").read_text().count("\n") == 5
+    for parts, msg in (([tmp_path / "part0"], "shards 1/2 are missing"), ([tmp_path / "part0"] * 2, "given twice"),
+                       ([tmp_path / "all", tmp_path / "part0"], "not a shard"), ([tmp_path / "x"], "no finished serl eval")):
+        assert main(["eval", "--merge", *map(str, parts), "--out", str(tmp_path / "bad")]) == 2
+        assert msg in capsys.readouterr().err
+    assert main(["eval", "--merge", str(tmp_path / "part0")]) == 2
+    assert "needs --out DIR" in capsys.readouterr().err
+
+
+def test_merge_shards_deals_tasks_back_in_order_by_hand():
+    """Shard i of N holds tasks i, i+N, ...; a task's n episodes stay together; parts of other
+    evaluations or with a ragged episode count are refused."""
+    from serl.errors import ConfigError
+    from serl.train.evaluate import merge_shards
+    from serl.trajectory import Task, Trajectory
+
+    def part(i, k, tasks, n=2, **meta):
+        trajs = [Trajectory(uid=str(t), traj_uid=f"{t}/{e}", task=Task("alfworld", str(t), "x"), steps=[])
+                 for t in range(i, tasks, k) for e in range(n)]
+        return {"shard": f"{i}/{k}", "split": "s", "mode": "greedy", "model": "m", "num_tasks": len(trajs) // n,
+                **meta}, trajs
+
+    meta, trajs = merge_shards([part(2, 3, 7), part(0, 3, 7), part(1, 3, 7)])
+    assert meta == {"split": "s", "mode": "greedy", "model": "m", "shards": 3}
+    assert [t.traj_uid for t in trajs] == [f"{t}/{e}" for t in range(7) for e in range(2)]
+    bad = [([part(0, 2, 4), part(1, 2, 4, model="other")], "model differ"),
+           ([part(0, 2, 4), part(1, 3, 4)], "N differ"),
+           ([part(0, 2, 4), part(1, 2, 4, n=1)], "with 2 episodes each"),
+           ([({**part(0, 1, 3)[0], "num_tasks": 2}, part(0, 1, 3)[1])], "are not its 2 tasks"),
+           ([], "no parts")]
+    for parts, msg in bad:
+        with pytest.raises(ConfigError, match=msg):
+            merge_shards(parts)
 
 
 def test_eval_stopped_after_a_chunk_goes_on_from_its_journal(tiny_model_dir, tmp_path, monkeypatch, capsys):

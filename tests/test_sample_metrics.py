@@ -212,7 +212,6 @@ def test_aggregate_bad_input(records, match):
 
 def test_eval_metrics_of_an_env_without_answers_have_no_majority_vote():
     # ALFWorld's episodes carry no answer (info["pred"]), so maj@k read 0.0 whatever the games did
-    from serl.configure import load_config
     from serl.train.evaluate import eval_metrics
     from serl.trajectory import Step, Task, Trajectory
 
@@ -222,7 +221,6 @@ def test_eval_metrics_of_an_env_without_answers_have_no_majority_vote():
         return Trajectory(uid=task_id, traj_uid=f"{task_id}{won}", task=Task("alfworld", task_id, "look_at_obj_in_light"),
                           steps=[step])
 
-    m = eval_metrics(load_config("cpu"), [episode("a", True), episode("a", False), episode("b", False),
-                                          episode("b", False)], n=2)
+    m = eval_metrics("alfworld", [episode("a", True), episode("a", False), episode("b", False), episode("b", False)], n=2)
     assert m["acc/mean@2"] == 0.25 and m["acc/pass@2"] == 0.5
     assert not [k for k in m if "maj@" in k]

@@ -91,7 +91,7 @@ def evaluate_policy(cfg: Config, engine, tokenizer, split: str, num_tasks: int =
     if played < len(tasks):
         trajs += _play_chunks(cfg, engine, tokenizer, split, tasks[played:], chunk, n, played, greedy, seed,
                               progress, on_chunk)
-    return {"metrics": eval_metrics(cfg, trajs, n), "trajectories": trajs}
+    return {"metrics": eval_metrics(cfg.env.name, trajs, n), "trajectories": trajs}
 
 
 def _finished_tasks(tasks: list[Task], done: Sequence[Trajectory], chunk: int, n: int) -> int:
@@ -139,9 +139,9 @@ def _play_chunks(cfg: Config, engine, tokenizer, split: str, tasks: list[Task], 
     return trajs
 
 
-def eval_metrics(cfg: Config, trajs: list[Trajectory], n: int = 1) -> dict[str, float]:
+def eval_metrics(env_name: str, trajs: list[Trajectory], n: int = 1) -> dict[str, float]:
     """Success rate (over all episodes: mean@n), valid and admissible action ratios, per-type
-    success and the env's own episode metrics of the evaluation episodes ``trajs``; with ``n > 1``
+    success and the env's own episode metrics (environment ``env_name``) of the evaluation episodes ``trajs``; with ``n > 1``
     episodes per task (consecutive in ``trajs``), the sample metrics of
     :func:`~serl.train.sample_metrics.aggregate_sample_metrics`, a sample's answer being its last
     step's ``info["pred"]`` (the math env's extracted answer; None elsewhere, and then no ``maj@k``,
@@ -151,7 +151,7 @@ def eval_metrics(cfg: Config, trajs: list[Trajectory], n: int = 1) -> dict[str, 
                "valid_action_ratio": sum(s.action_valid for s in steps) / max(1, len(steps)),
                "admissible_action_ratio": sum(s.action in s.admissible_actions for s in steps) / max(1, len(steps))}
     metrics.update({f"{k}_success_rate": v for k, v in success_by_type(trajs).items()})
-    metrics.update(get_env_class(cfg.env.name).episode_metrics(trajs))
+    metrics.update(get_env_class(env_name).episode_metrics(trajs))
     if n > 1 and trajs:
         records = [(trajs[i].task.task_id, trajs[i].task.task_type,
                     [(t.won, t.steps[-1].info.get("pred") if t.steps else None) for t in trajs[i : i + n]])
@@ -161,3 +161,54 @@ def eval_metrics(cfg: Config, trajs: list[Trajectory], n: int = 1) -> dict[str, 
             agg = {k: v for k, v in agg.items() if "/maj@" not in k}  # (ALFWorld, WebShop): no maj@k
         metrics.update(agg)
     return metrics
+
+
+def merge_shards(parts: Sequence[tuple[dict[str, Any], list[Trajectory]]]) -> tuple[dict[str, Any], list[Trajectory]]:
+    """One evaluation from its parts played by ``serl eval --shard I/N`` (``serl eval --merge``).
+
+    Args:
+        parts: per part, in any order, its ``metrics.json`` (``shard`` ``"I/N"``, ``split``,
+            ``mode``, ``model``, ``num_tasks``, ``adapter`` if one was merged) and its trajectories
+            as written (task order, a task's episodes together).
+
+    Returns:
+        ``({"split", "mode", "model"[, "adapter"], "shards": N}, trajectories)``: the trajectories
+        in the whole evaluation's task order (its task ``j`` is part ``j mod N``'s task
+        ``j div N``, as :func:`eval_tasks` deals them), for :func:`eval_metrics`.
+
+    Raises:
+        ConfigError: a part that is not a shard; parts of different evaluations (split, decoding,
+            model, adapter or N differ); a shard missing or given twice; a part whose trajectories
+            are not ``num_tasks`` tasks with the same number of episodes each.
+    """
+    keys = ("split", "mode", "model", "adapter")
+    if not parts:
+        raise ConfigError("serl eval --merge: no parts given")
+    by_shard: dict[int, list[list[Trajectory]]] = {}
+    first, total, n = parts[0][0], None, None
+    for meta, trajs in parts:
+        if "shard" not in meta:
+            raise ConfigError(f"serl eval --merge: a part played the whole {meta.get('split')!r} evaluation, not a "
+                              "shard (its metrics.json has no 'shard')")
+        i, k = (int(x) for x in str(meta["shard"]).split("/"))
+        diff = [key for key in keys if meta.get(key) != first.get(key)]
+        if diff or (total is not None and k != total):
+            raise ConfigError(f"serl eval --merge: the parts are not one evaluation ({', '.join(diff) or 'N'} differ)")
+        if i in by_shard:
+            raise ConfigError(f"serl eval --merge: shard {i}/{k} is given twice")
+        tasks = int(meta["num_tasks"])
+        per = len(trajs) // max(1, tasks)
+        groups = [trajs[j * per:(j + 1) * per] for j in range(tasks)]
+        if tasks == 0 or per * tasks != len(trajs) or (n is not None and per != n) or \
+                any(len({t.task.task_id for t in g}) != 1 for g in groups):
+            raise ConfigError(f"serl eval --merge: shard {i}/{k}'s {len(trajs)} trajectories are not its {tasks} "
+                              f"tasks with {n or per} episodes each")
+        total, n, by_shard[i] = k, per, groups
+    missing = sorted(set(range(total)) - set(by_shard))
+    if missing:
+        raise ConfigError(f"serl eval --merge: shards {', '.join(f'{i}/{total}' for i in missing)} are missing")
+    order = []  # shard 0 holds the most tasks (tasks 0, N, 2N, ...)
+    for j in range(len(by_shard[0])):
+        order += [by_shard[i][j] for i in range(total) if j < len(by_shard[i])]
+    meta = {key: first[key] for key in keys if key in first}
+    return {**meta, "shards": total}, [t for g in order for t in g]
