@@ -40,7 +40,8 @@ trains on a fixed pool of the 32 train games that follow the 200 its SFT used in
 (``--data-dir`` must then hold the whole train split, e.g. ALFWorld's train archive unpacked beside
 ``valid_seen`` and ``valid_unseen``); ``--splits train valid_seen valid_unseen --panel-per-type -1
 --panel-decoding greedy`` evaluates the pool and every held-out game of the two types greedily.
-``--jobs N`` runs the runs of a chunk (and the start panels) side by side, ``--train-seconds S``
+``--jobs N`` runs the runs of a chunk (and the start panels) side by side, ``--eval-shards K``
+plays each panel as K ``serl eval --shard`` processes and merges them, ``--train-seconds S``
 stops each ``serl train`` call after S s and evaluates its last checkpoint (a re-run resumes it)::
 
     python experiments/learning.py --workdir runs/alfworld_rl --sft-model smollm2-135m-alfworld-sft \
@@ -358,8 +359,23 @@ class Experiment:
             k = -1 if any(x.startswith("env.math.max_solution_steps=") for x in extra) else n  # NAME@K: all
             argv = ["eval", *source, *extra, "--split", split, "--num-tasks", str(k), *flags,
                     "--seed", str(self.a.eval_seed), "--out", str(out)]
-            calls.append(lambda argv=argv: self.timed("eval", lambda: self.serl(*argv)))
+            play = (lambda argv=argv: self.serl(*argv)) if self.a.eval_shards <= 1 else \
+                (lambda argv=argv, out=out: self.sharded_eval(argv, out))
+            calls.append(lambda play=play: self.timed("eval", play))
         self.side_by_side(calls)  # with --jobs, a policy's panels side by side too
+
+    def sharded_eval(self, argv: list[str], out: Path) -> None:
+        """One panel (``argv`` ends ``--out out``) as ``--eval-shards`` K ``serl eval --shard i/K``
+        processes side by side into ``out/shards/i`` (a finished part is skipped, a stopped one
+        resumes from its journal), then ``serl eval --merge`` of the K parts into ``out``."""
+        k, head = self.a.eval_shards, argv[: argv.index("--out")]
+        parts = [out / "shards" / str(i) for i in range(k)]
+        todo = [(i, d) for i, d in enumerate(parts) if not (d / "metrics.json").exists()]
+        with ThreadPoolExecutor(k) as pool:
+            futures = [pool.submit(self.serl, *head, "--shard", f"{i}/{k}", "--out", str(d)) for i, d in todo]
+        for f in futures:
+            f.result()
+        self.serl("eval", "--merge", *map(str, parts), "--out", str(out))
 
     def num_types(self) -> int:
         from serl.configure import load_config

@@ -194,6 +194,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=1,
                    help="run up to this many serl commands side by side: the RL runs of each chunk (every "
                         "algorithm and seed) and the start panels (one GPU holds several small runs)")
+    p.add_argument("--eval-shards", type=int, default=1,
+                   help="play each panel as this many `serl eval --shard I/N` processes side by side, then "
+                        "`serl eval --merge` them (one GPU is idle between one process's turns); each part resumes")
     p.add_argument("--train-seconds", type=float, default=0,
                    help="cap each serl train call (one chunk of one run) at this wall time: SIGTERM, then the "
                         "panel of its last complete checkpoint, labelled with that iteration; 0 = no cap. A "
@@ -265,8 +268,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(str(e))
     if a.train_pool and (a.env != "alfworld" or not a.data_dir):
         p.error("--train-pool is for --env alfworld with a --data-dir that holds the whole train split")
-    if a.jobs < 1 or a.train_seconds < 0:
-        p.error("--jobs must be >= 1 and --train-seconds >= 0")
+    if a.jobs < 1 or a.train_seconds < 0 or a.eval_shards < 1:
+        p.error("--jobs and --eval-shards must be >= 1 and --train-seconds >= 0")
     if a.panel_avg_k < 0 or a.panel_avg_k == 1:
         p.error("--panel-avg-k must be 0 (off) or >= 2 (avg@k needs k samples per problem)")
     if a.expert_rows is not None and a.env != "math":

@@ -177,6 +177,34 @@ def test_alfworld_cold_start_alone_from_an_expert_file_with_a_compared_policy(tm
         parse_args(["--iterations", "-1"])
 
 
+def test_eval_shards_play_each_panel_as_parts_side_by_side_then_merge_them(tmp_path, monkeypatch):
+    """``--eval-shards 3``: each panel is three ``serl eval --shard i/3`` into ``OUT/shards/i``, then
+    ``serl eval --merge`` of the three into ``OUT``; a re-run skips the finished parts."""
+    import learning_report
+    monkeypatch.setattr(learning_report, "write_report", lambda *a: None)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"task_id": "g0", "messages": []}) + "\n")
+    work = tmp_path / "w"
+    args = ["--workdir", str(work), "--expert-file", str(rows), "--iterations", "0", "--seeds", "0",
+            "--splits", "valid_unseen", "--panel-per-type", "-1", "--eval-shards", "3"]
+    # the second part fails once (a crashed process): the run stops, and the re-run plays only that part
+    fake = FakeSerl(stop_at=lambda argv, i: "1/3" in argv)
+    with pytest.raises(SystemExit):
+        run_experiment(parse_args(args), fake, monkeypatch)
+    out = work / "eval" / "sft" / "it000_valid_unseen"
+    assert sorted(c[c.index("--shard") + 1] for c in fake.calls if "--shard" in c) == ["0/3", "2/3"]
+    assert not (out / "metrics.json").exists()
+    fake = FakeSerl()
+    run_experiment(parse_args(args), fake, monkeypatch)
+    evals = [c for c in fake.calls if c[0] == "eval"]
+    assert len(evals) == 2 and evals[0][evals[0].index("--shard") + 1] == "1/3"
+    assert evals[0][-1] == str(out / "shards" / "1") and "--num-tasks" in evals[0]
+    assert evals[1] == ["eval", "--merge", *(str(out / "shards" / str(i)) for i in range(3)), "--out", str(out)]
+    assert (out / "metrics.json").exists()  # the merged panel, where the report reads it
+    with pytest.raises(SystemExit):
+        parse_args(["--eval-shards", "0"])
+
+
 def test_alfworld_dagger_rounds_play_label_aggregate_and_fine_tune(tmp_path, monkeypatch):
     """``--dagger-rounds 2`` from ``--sft-model``: each round plays train games with the planner at
     T = 1 from the previous round's model, makes rows, fine-tunes on --dagger-data plus every round's
