@@ -125,6 +125,7 @@ def test_merge_shards_deals_tasks_back_in_order_by_hand():
     bad = [([part(0, 2, 4), part(1, 2, 4, model="other")], "model differ"),
            ([part(0, 2, 4), part(1, 3, 4)], "N differ"),
            ([part(0, 2, 4), part(1, 2, 4, n=1)], "with 2 episodes each"),
+           ([part(0, 2, 4), part(1, 2, 7)], r"task counts \(\[2, 3\]\) are not 2 shards of one 5-task"),
            ([({**part(0, 1, 3)[0], "num_tasks": 2}, part(0, 1, 3)[1])], "are not its 2 tasks"),
            ([], "no parts")]
     for parts, msg in bad:

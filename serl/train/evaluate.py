@@ -178,37 +178,49 @@ def merge_shards(parts: Sequence[tuple[dict[str, Any], list[Trajectory]]]) -> tu
 
     Raises:
         ConfigError: a part that is not a shard; parts of different evaluations (split, decoding,
-            model, adapter or N differ); a shard missing or given twice; a part whose trajectories
-            are not ``num_tasks`` tasks with the same number of episodes each.
+            model, adapter or N differ, or task counts that one evaluation's shards cannot have);
+            a shard missing or given twice; a part whose trajectories are not ``num_tasks`` tasks
+            with the same number of episodes each.
     """
     keys = ("split", "mode", "model", "adapter")
     if not parts:
         raise ConfigError("serl eval --merge: no parts given")
-    by_shard: dict[int, list[list[Trajectory]]] = {}
-    first, total, n = parts[0][0], None, None
+    first, by_shard, n = parts[0][0], {}, None
     for meta, trajs in parts:
-        if "shard" not in meta:
-            raise ConfigError(f"serl eval --merge: a part played the whole {meta.get('split')!r} evaluation, not a "
-                              "shard (its metrics.json has no 'shard')")
-        i, k = (int(x) for x in str(meta["shard"]).split("/"))
         diff = [key for key in keys if meta.get(key) != first.get(key)]
-        if diff or (total is not None and k != total):
-            raise ConfigError(f"serl eval --merge: the parts are not one evaluation ({', '.join(diff) or 'N'} differ)")
+        if diff:
+            raise ConfigError(f"serl eval --merge: the parts are not one evaluation ({', '.join(diff)} differ)")
+        i, k, groups = _shard_groups(meta, trajs, n)
         if i in by_shard:
             raise ConfigError(f"serl eval --merge: shard {i}/{k} is given twice")
-        tasks = int(meta["num_tasks"])
-        per = len(trajs) // max(1, tasks)
-        groups = [trajs[j * per:(j + 1) * per] for j in range(tasks)]
-        if tasks == 0 or per * tasks != len(trajs) or (n is not None and per != n) or \
-                any(len({t.task.task_id for t in g}) != 1 for g in groups):
-            raise ConfigError(f"serl eval --merge: shard {i}/{k}'s {len(trajs)} trajectories are not its {tasks} "
-                              f"tasks with {n or per} episodes each")
-        total, n, by_shard[i] = k, per, groups
+        by_shard[i], n = (k, groups), len(groups[0])
+    total = by_shard[next(iter(by_shard))][0]
+    if any(k != total for k, _ in by_shard.values()):
+        raise ConfigError("serl eval --merge: the parts are not one evaluation (N differ)")
     missing = sorted(set(range(total)) - set(by_shard))
     if missing:
         raise ConfigError(f"serl eval --merge: shards {', '.join(f'{i}/{total}' for i in missing)} are missing")
-    order = []  # shard 0 holds the most tasks (tasks 0, N, 2N, ...)
-    for j in range(len(by_shard[0])):
-        order += [by_shard[i][j] for i in range(total) if j < len(by_shard[i])]
-    meta = {key: first[key] for key in keys if key in first}
-    return {**meta, "shards": total}, [t for g in order for t in g]
+    tasks = sum(len(g) for _, g in by_shard.values())
+    if any(len(by_shard[i][1]) != len(range(i, tasks, total)) for i in range(total)):
+        raise ConfigError(f"serl eval --merge: the parts' task counts ({[len(by_shard[i][1]) for i in range(total)]}) "
+                          f"are not {total} shards of one {tasks}-task evaluation")
+    order = [by_shard[j % total][1][j // total] for j in range(tasks)]
+    return {**{key: first[key] for key in keys if key in first}, "shards": total}, [t for g in order for t in g]
+
+
+def _shard_groups(meta: dict[str, Any], trajs: list[Trajectory], n: Optional[int]) -> tuple[int, int, list]:
+    """``(I, N, per-task groups of episodes)`` of one ``serl eval --shard I/N`` part; ``n``: the
+    episodes per task of the parts before (None for the first). Raises ConfigError (see
+    :func:`merge_shards`)."""
+    if "shard" not in meta:
+        raise ConfigError(f"serl eval --merge: a part played the whole {meta.get('split')!r} evaluation, not a "
+                          "shard (its metrics.json has no 'shard')")
+    i, k = (int(x) for x in str(meta["shard"]).split("/"))
+    tasks = int(meta["num_tasks"])
+    per = len(trajs) // max(1, tasks)
+    groups = [trajs[j * per:(j + 1) * per] for j in range(tasks)]
+    if tasks == 0 or per * tasks != len(trajs) or (n is not None and per != n) or \
+            any(len({t.task.task_id for t in g}) != 1 for g in groups):
+        raise ConfigError(f"serl eval --merge: shard {i}/{k}'s {len(trajs)} trajectories are not its {tasks} "
+                          f"tasks with {n or per} episodes each")
+    return i, k, groups
