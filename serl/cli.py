@@ -262,6 +262,11 @@ def cmd_eval_merge(args: argparse.Namespace) -> int:
 
     if not args.out or args.out.endswith(".jsonl"):
         raise ConfigError("serl eval --merge needs --out DIR, the folder for the merged evaluation")
+    extra = [x for x in ("run", "split", "num_tasks", "shard", "data_dir") if getattr(args, x) is not None]
+    if args.overrides or args.greedy or extra:
+        raise ConfigError("serl eval --merge takes the parts' folders and --out only (each part's metrics.json "
+                          f"says how it was played); got {args.overrides + [f'--{x}'.replace('_', '-') for x in extra]}"
+                          + (" --greedy" if args.greedy else ""))
     parts = []
     for d in map(Path, args.merge):
         if not (d / "metrics.json").is_file() or not (d / "trajectories.jsonl").is_file():

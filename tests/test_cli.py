@@ -104,6 +104,8 @@ def test_eval_shards_play_interleaved_parts_of_the_tasks(tiny_model_dir, tmp_pat
         assert msg in capsys.readouterr().err
     assert main(["eval", "--merge", str(tmp_path / "part0")]) == 2
     assert "needs --out DIR" in capsys.readouterr().err
+    assert main(["eval", "--merge", str(tmp_path / "part0"), "--shard", "0/2", "--out", str(tmp_path / "bad")]) == 2
+    assert "--out only" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
 def test_merge_shards_deals_tasks_back_in_order_by_hand():
