@@ -271,7 +271,11 @@ def cmd_eval_merge(args: argparse.Namespace) -> int:
     for d in map(Path, args.merge):
         if not (d / "metrics.json").is_file() or not (d / "trajectories.jsonl").is_file():
             raise ConfigError(f"serl eval --merge: {d} holds no finished serl eval (metrics.json, trajectories.jsonl)")
-        parts.append((json.loads((d / "metrics.json").read_text()), read_jsonl(d / "trajectories.jsonl")))
+        try:
+            parts.append((json.loads((d / "metrics.json").read_text()), read_jsonl(d / "trajectories.jsonl")))
+        except (ValueError, KeyError, TypeError) as e:  # a file cut or edited by hand
+            raise ConfigError(f"serl eval --merge: {d}'s metrics.json or trajectories.jsonl cannot be read ({e}); "
+                              "re-run that part") from e
     meta, trajs = merge_shards(parts)
     n = len(trajs) // sum(int(p[0]["num_tasks"]) for p in parts)
     m = eval_metrics(trajs[0].task.env_name, trajs, n)

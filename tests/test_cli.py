@@ -106,6 +106,12 @@ def test_eval_shards_play_interleaved_parts_of_the_tasks(tiny_model_dir, tmp_pat
     assert "needs --out DIR" in capsys.readouterr().err
     assert main(["eval", "--merge", str(tmp_path / "part0"), "--shard", "0/2", "--out", str(tmp_path / "bad")]) == 2
     assert "--out only" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    cut = tmp_path / "cut"  # a part whose trajectories file was cut mid-line
+    cut.mkdir()
+    (cut / "metrics.json").write_text((tmp_path / "part1" / "metrics.json").read_text())
+    (cut / "trajectories.jsonl").write_text((tmp_path / "part1" / "trajectories.jsonl").read_text()[:50])
+    assert main(["eval", "--merge", str(tmp_path / "part0"), str(cut), "--out", str(tmp_path / "bad")]) == 2
+    assert "cannot be read" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
 def test_merge_shards_deals_tasks_back_in_order_by_hand():
@@ -129,6 +135,7 @@ def test_merge_shards_deals_tasks_back_in_order_by_hand():
            ([part(0, 2, 4), part(1, 2, 4, n=1)], "with 2 episodes each"),
            ([part(0, 2, 4), part(1, 2, 7)], r"task counts \(\[2, 3\]\) are not 2 shards of one 5-task"),
            ([({**part(0, 1, 3)[0], "num_tasks": 2}, part(0, 1, 3)[1])], "are not its 2 tasks"),
+           ([({**part(0, 2, 4)[0], "shard": "0-2"}, part(0, 2, 4)[1])], "no readable shard"),
            ([], "no parts")]
     for parts, msg in bad:
         with pytest.raises(ConfigError, match=msg):

@@ -215,8 +215,12 @@ def _shard_groups(meta: dict[str, Any], trajs: list[Trajectory], n: Optional[int
     if "shard" not in meta:
         raise ConfigError(f"serl eval --merge: a part played the whole {meta.get('split')!r} evaluation, not a "
                           "shard (its metrics.json has no 'shard')")
-    i, k = (int(x) for x in str(meta["shard"]).split("/"))
-    tasks = int(meta["num_tasks"])
+    try:
+        i, k = (int(x) for x in str(meta["shard"]).split("/"))
+        tasks = int(meta["num_tasks"])
+    except (KeyError, TypeError, ValueError) as e:  # a hand-edited or cut metrics.json
+        raise ConfigError(f"serl eval --merge: a part's metrics.json has no readable shard 'I/N' and num_tasks "
+                          f"({meta.get('shard')!r}, {meta.get('num_tasks')!r}); re-run that part") from e
     per = len(trajs) // max(1, tasks)
     groups = [trajs[j * per:(j + 1) * per] for j in range(tasks)]
     if tasks == 0 or per * tasks != len(trajs) or (n is not None and per != n) or \
