@@ -4,7 +4,7 @@
     serl data download {alfworld,dapo_math17k} [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
                [--num-tasks N] [--seed N] [--shard I/N] [--data-dir DIR] [--min-score X] [--max-steps N]
-               [--expert walkthrough|planner]   (alfworld)
+               [--expert walkthrough|planner] [--detours P]   (alfworld)
     serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
                [--num-tasks N] [--seed N] [--data-dir DIR]
     serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen|search] [--seed N]
@@ -137,6 +137,9 @@ def cmd_data_expert(args) -> int:
 
     if args.expert is not None and args.env != "alfworld":
         raise ConfigError(f"--expert is for alfworld (walkthrough or planner); {args.env} has one expert")
+    if args.detours and (args.env != "alfworld" or args.expert == "planner" or not 0.0 < args.detours <= 1.0):
+        raise ConfigError(f"--detours is a probability in (0, 1] for alfworld's walkthrough expert; got "
+                          f"{args.detours} for {args.env}" + (" --expert planner" if args.expert == "planner" else ""))
     if args.env == "math":
         return _data_expert_math(args)
     import time
@@ -169,6 +172,7 @@ def cmd_data_expert(args) -> int:
         raise ConfigError(f"--max-steps must be >= 1, got {max_steps}")
     header = {"env": args.env, "split": args.split, "num_tasks": args.num_tasks, "seed": args.seed,
               "shard": [shard, shards], "expert": args.expert, "min_score": args.min_score, "max_steps": max_steps,
+              **({"detours": args.detours} if args.detours else {}),
               "recipe": recipe, "overrides": overrides}
     journal = ExpertJournal(args.out + ".partial", header)
     todo = [t for t in tasks if t.task_id not in journal.done()]
@@ -190,7 +194,8 @@ def cmd_data_expert(args) -> int:
             collect_expert(env, todo, tok, history_length=cfg.env.history_length,
                            max_prompt_length=cfg.data.max_prompt_length, max_steps=max_steps, seed=args.seed,
                            min_score=args.min_score, on_episode=on_episode, expert=args.expert,
-                           prompt_layout=cfg.env.prompt_layout, turn_actions=cfg.env.turn_actions)
+                           prompt_layout=cfg.env.prompt_layout, turn_actions=cfg.env.turn_actions,
+                           detours=args.detours)
         planner = env.expert_stats.as_dict() if args.expert == "planner" else None
     finally:
         env.close()
@@ -324,6 +329,11 @@ def add_data_parser(sub) -> None:
     ex.add_argument("--max-steps", type=int, default=None,
                     help="episode step limit (default: the env's own, ALFWorld 50 / WebShop 15; "
                     "env.max_steps of the RL recipe is not used; not for math)")
+    ex.add_argument("--detours", type=float, default=0.0, metavar="P",
+                    help="alfworld walkthrough only: before each of its go-to commands, with probability P "
+                    "(at most twice an episode), first go to another receptacle and there, half the time, try "
+                    "the take the walkthrough makes next (refused); these replies are context (weight 0), the "
+                    "walkthrough's way on from there is trained (serl.rollout.expert_detours; default 0: none)")
     ex.set_defaults(fn=cmd_data_expert)
     dg = dsub.add_parser("dagger", help="ALFWorld: SFT rows from the policy's own episodes, labelled by the planner",
                          description="DAgger's data step (arXiv 1011.0686): read episodes the policy played with "

@@ -303,7 +303,8 @@ def _admissible(action: str, admissible_actions: list[str]) -> bool:
 def conversation_row(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """An episode's step rows as one conversation row (``env.prompt_layout=conversation``): the
     ``messages`` ``[user 0, assistant 0, user 1, assistant 1, ...]`` (each user text the
-    conversation layout's turn, each assistant text the step's reply), which ``serl sft`` renders
+    conversation layout's turn, each assistant text the step's reply, with ``"weight": 0`` where
+    the step row has it), which ``serl sft`` renders
     with :func:`serl.agent.tool_chat.render_sft_conversation`, the pieces the RL collector appends;
     ``actions`` and ``action_admissible`` per step; the episode's ``won`` / ``episode_reward`` /
     ``task_score``.
@@ -316,7 +317,8 @@ def conversation_row(step_rows: list[dict[str, Any]]) -> dict[str, Any]:
     first = step_rows[0]
     messages: list[dict[str, str]] = []
     for r in step_rows:
-        messages += [{"role": "user", "content": r["messages"][0]["content"]}, {"role": "assistant", "content": r["response"]}]
+        messages += [{"role": "user", "content": r["messages"][0]["content"]},
+                     {"role": "assistant", "content": r["response"], **({"weight": 0} if r.get("weight", 1) == 0 else {})}]
     return {"env": first["env"], "task_id": first["task_id"], "task_type": first["task_type"],
             "steps": len(step_rows), "messages": messages, "actions": [r["action"] for r in step_rows],
             "action_admissible": [r["action_admissible"] for r in step_rows],
@@ -336,13 +338,15 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
     (``<think>…</think><action>…</action>``), ``action``, ``action_admissible`` (the action is in
     the state's admissible list), ``prompt_truncated`` (history was
     dropped or the prompt ids were cut from the left to fit ``max_prompt_length``; the SFT
-    loader must then cut the same way), and after the episode ``won``, ``episode_reward`` and
-    ``task_score`` of the whole episode.
+    loader must then cut the same way), ``weight`` 0 when the expert marks its reply as context
+    only (:class:`~serl.rollout.expert_detours.AlfWorldDetourExpert`'s detours: kept in a
+    conversation as an untrained reply, dropped from the step layout's rows), and after the
+    episode ``won``, ``episode_reward`` and ``task_score`` of the whole episode.
 
     Args:
         env: an env instance of ``task.env_name`` in this process.
         task: the task to play.
-        expert: an object with ``act(env, result, step) -> (think, action) | None``.
+        expert: an object with ``act(env, result, step) -> (think, action) | (think, action, weight) | None``.
         tokenizer: the policy tokenizer (its chat template sizes the prompt).
         history_length: ``env.history_length``.
         max_prompt_length: ``data.max_prompt_length`` (tokens).
@@ -372,7 +376,7 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
         if choice is None:
             ep.gave_up = True
             break
-        think, action = choice
+        think, action, weight = choice if len(choice) == 3 else (*choice, 1)
         response = format_response(think, action)
         parsed, valid = project_action(response, fallback)
         if parsed != action or not valid:
@@ -390,6 +394,7 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
             "env": task.env_name, "task_id": task.task_id, "task_type": task.task_type, "step": t,
             "messages": [{"role": "user", "content": text}], "response": response, "action": action,
             "action_admissible": _admissible(action, res.admissible_actions), "prompt_truncated": bool(truncated),
+            **({"weight": 0} if weight == 0 else {}),
         })
         ep.episode_reward += float(nxt.reward)
         res = nxt
@@ -401,6 +406,8 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
     ep.steps = len(ep.rows)
     if build_turn is not None and ep.rows:
         ep.rows = [conversation_row(ep.rows)]
+    else:  # a step row of weight 0 would train on nothing
+        ep.rows = [r for r in ep.rows if r.get("weight", 1)]
     return ep
 
 
@@ -408,15 +415,25 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
 ALFWORLD_EXPERTS = ("walkthrough", "planner")
 
 
-def make_expert(task: Task, seed: int, expert: Optional[str] = None):
+def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: float = 0.0):
     """The expert of ``task.env_name``: for ALFWorld :class:`AlfWorldExpert` (``expert`` None or
-    ``"walkthrough"``) or :class:`AlfWorldPlannerExpert` (``"planner"``); for WebShop
+    ``"walkthrough"``; with ``detours`` > 0
+    :class:`~serl.rollout.expert_detours.AlfWorldDetourExpert`, a detour before a ``go to`` with
+    that probability) or :class:`AlfWorldPlannerExpert` (``"planner"``); for WebShop
     :class:`WebShopOracle` (``expert`` must be None).
 
     Raises:
-        EnvError: no expert for that env, or no expert of that name for it.
+        EnvError: no expert for that env, no expert of that name for it, or ``detours`` for
+            another expert than the walkthrough, or outside [0, 1].
     """
+    if detours and (task.env_name != "alfworld" or expert not in (None, "walkthrough") or not 0.0 < detours <= 1.0):
+        raise EnvError(f"detours are for ALFWorld's walkthrough expert, with a probability in (0, 1]; "
+                       f"got detours={detours} for {task.env_name} expert {expert or 'default'}")
     if task.env_name == "alfworld":
+        if (expert is None or expert == "walkthrough") and detours:
+            from serl.rollout.expert_detours import AlfWorldDetourExpert
+
+            return AlfWorldDetourExpert(task, seed, detours)
         if expert is None or expert == "walkthrough":
             return AlfWorldExpert(task, seed)
         if expert == "planner":
@@ -477,8 +494,8 @@ def is_kept(ep: ExpertEpisode, min_score: float) -> bool:
 def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int, max_prompt_length: int,
                    max_steps: int, seed: int = 0, min_score: float = 1.0,
                    on_episode: Optional[Callable[[ExpertEpisode, ExpertSummary], None]] = None,
-                   expert: Optional[str] = None, prompt_layout: str = "step", turn_actions: str = "state"
-                   ) -> tuple[list[dict[str, Any]], ExpertSummary]:
+                   expert: Optional[str] = None, prompt_layout: str = "step", turn_actions: str = "state",
+                   detours: float = 0.0) -> tuple[list[dict[str, Any]], ExpertSummary]:
     """Play the expert of every task and keep the episodes whose ``task_score >= min_score``.
 
     Args:
@@ -492,6 +509,7 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
             None = the env's default).
         prompt_layout, turn_actions: as for :func:`play_expert` (``conversation``: one row per
             episode).
+        detours: ALFWorld's walkthrough with detours (:func:`make_expert`; 0 = none).
 
     Returns:
         ``(rows, summary)``: the kept rows in task order, step order.
@@ -503,7 +521,7 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
     rows: list[dict[str, Any]] = []
     summary = ExpertSummary()
     for task in tasks:
-        ep = play_expert(env, task, make_expert(task, seed, expert), tokenizer, history_length, max_prompt_length,
+        ep = play_expert(env, task, make_expert(task, seed, expert, detours), tokenizer, history_length, max_prompt_length,
                          max_steps, prompt_layout, turn_actions)
         kept = is_kept(ep, min_score)
         summary.add(task.task_type, ep.won, ep.gave_up, ep.task_score, ep.steps, ep.rows if kept else None)
