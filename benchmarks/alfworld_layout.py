@@ -182,8 +182,11 @@ def flops_part(tok, model_config, episodes: list[dict], lengths: list[int]) -> d
     return out
 
 
-def update_part(trainer, tok, episodes: list[dict], turn_actions: str, repeats: int) -> dict:
-    """Seconds of the trainer's update on the scripted episodes, both layouts (interleaved)."""
+def update_part(trainer, tok, episodes: list[dict], turn_actions: str, repeats: int,
+                micro_batches: dict[str, int]) -> dict:
+    """Seconds of the trainer's update on the scripted episodes, both layouts (interleaved);
+    ``micro_batches[layout]`` > 0: that layout's ``actor.ppo_micro_batch_size`` (rows per forward
+    pass: steps, or episodes in the conversation), else the recipe's."""
     from serl.train.batch import UpdateBatch
     from serl.train.packing import pack_conversations
 
@@ -204,12 +207,17 @@ def update_part(trainer, tok, episodes: list[dict], turn_actions: str, repeats: 
         b = batch(layout)
         out[layout] = {"rows": len(b), "tokens_per_episode": sum(len(p) + len(r) for p, r in zip(b.prompt_ids, b.response_ids)) / len(episodes),
                        "seconds": []}
+    actor = trainer.update.cfg.actor
+    micro = {k: micro_batches.get(k) or actor.ppo_micro_batch_size for k in ("step", "conversation")}
     for _ in range(repeats):
         for layout in ("step", "conversation"):
             b = batch(layout)
+            actor.ppo_micro_batch_size = micro[layout]
             t0 = time.perf_counter()
             trainer.update.run(b)
             out[layout]["seconds"].append(time.perf_counter() - t0)
+    for layout in out:
+        out[layout]["ppo_micro_batch_size"] = micro[layout]
     for layout in out:
         s = out[layout]["seconds"]
         out[layout]["seconds_per_episode"] = statistics.median(s) / len(episodes)
@@ -261,6 +269,10 @@ def main(argv=None) -> None:
     ap.add_argument("--update-steps", type=int, default=20, help="steps per scripted episode in the update part")
     ap.add_argument("--turn-actions", default="state")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--step-micro-batch", type=int, default=0,
+                    help="update: rows per forward pass in the step layout (0: the recipe's actor.ppo_micro_batch_size)")
+    ap.add_argument("--conversation-micro-batch", type=int, default=0,
+                    help="update: episodes per forward pass in the conversation layout (0: the recipe's)")
     ap.add_argument("--rollout-games", type=int, default=2)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--rollout-steps", type=int, default=20)
@@ -311,7 +323,9 @@ def main(argv=None) -> None:
         try:
             if "update" in parts:
                 eps = [dict(e, steps=e["steps"][: args.update_steps]) for e in episodes[: args.update_episodes]]
-                results["update"] = update_part(trainer, tok, eps, args.turn_actions, args.repeats)
+                results["update"] = update_part(trainer, tok, eps, args.turn_actions, args.repeats,
+                                                {"step": args.step_micro_batch,
+                                                 "conversation": args.conversation_micro_batch})
                 print(json.dumps(results["update"], indent=1), flush=True)
             if "rollout" in parts:
                 results["rollout"] = rollout_part(trainer, cfg, games[: args.rollout_games], args.n, args.rollout_steps,
