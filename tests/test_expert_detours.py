@@ -13,7 +13,7 @@ import pytest
 from serl.agent.tool_chat import render_sft_conversation
 from serl.envs.alfworld import AlfWorldEnv, fixture_data_dir, walkthrough
 from serl.envs.base import EnvError
-from serl.rollout.expert import collect_expert, make_expert, play_expert
+from serl.rollout.expert import alfworld_think, collect_expert, make_expert, play_expert
 from serl.rollout.expert_detours import AlfWorldDetourExpert
 from serl.train.sft_data import encode_conversation
 
@@ -101,7 +101,7 @@ def test_bad_detours_are_clear_errors(train_tasks):
     with pytest.raises(EnvError, match=r"\(0, 1\]"):
         make_expert(task, 0, None, detours=1.5)
     with pytest.raises(ValueError, match="max_detours"):
-        AlfWorldDetourExpert(task, 0, 0.5, max_detours=-1)
+        AlfWorldDetourExpert(task, 0, alfworld_think, 0.5, max_detours=-1)
 
 
 def test_cli_detours(tmp_path, tiny_model_dir, capsys):

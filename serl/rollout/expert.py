@@ -141,6 +141,11 @@ def _task_phrase(task_text: str) -> str:
     return task_text.strip().rstrip(".").strip()
 
 
+def alfworld_think(task_text: str, action: str, rng: random.Random) -> str:
+    """An ALFWorld reply's reasoning: one of :data:`ALFWORLD_THINK`, drawn with ``rng``."""
+    return rng.choice(ALFWORLD_THINK).format(task=_task_phrase(task_text), action=action)
+
+
 # ------------------------------------------------------------------------------------ experts
 class AlfWorldExpert:
     """Replays a game's ``walkthrough`` (see the module docstring).
@@ -433,7 +438,7 @@ def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: fl
         if (expert is None or expert == "walkthrough") and detours:
             from serl.rollout.expert_detours import AlfWorldDetourExpert
 
-            return AlfWorldDetourExpert(task, seed, detours)
+            return AlfWorldDetourExpert(task, seed, alfworld_think, detours)
         if expert is None or expert == "walkthrough":
             return AlfWorldExpert(task, seed)
         if expert == "planner":

@@ -28,7 +28,7 @@ walkthrough of ALFWorld (arXiv 2010.03768) rather than from the policy's own sta
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from serl.envs.base import StepResult, Task
 
@@ -39,6 +39,8 @@ class AlfWorldDetourExpert:
     Args:
         task: the ALFWorld task (its ``task_id`` is the game path).
         seed: the think templates and the detours (one ``random.Random`` per task and seed).
+        think: ``think(task_text, action, rng) -> str``, the reply's reasoning
+            (:func:`serl.rollout.expert.alfworld_think`, the walkthrough expert's templates).
         p: probability of a detour before each walkthrough ``go to``, in [0, 1].
         take_p: probability of a refused ``take`` at the detour's receptacle, in [0, 1].
         max_detours: detours at most per episode.
@@ -50,7 +52,7 @@ class AlfWorldDetourExpert:
         ValueError: ``p`` or ``take_p`` outside [0, 1], or ``max_detours < 0``.
     """
 
-    def __init__(self, task: Task, seed: int, p: float, take_p: float = 0.5, max_detours: int = 2):
+    def __init__(self, task: Task, seed: int, think: Callable, p: float, take_p: float = 0.5, max_detours: int = 2):
         import random
 
         from serl.envs.alfworld import walkthrough
@@ -58,7 +60,7 @@ class AlfWorldDetourExpert:
         if not (0.0 <= p <= 1.0 and 0.0 <= take_p <= 1.0) or max_detours < 0:
             raise ValueError(f"detours: p and take_p must be in [0, 1] and max_detours >= 0, "
                              f"got p={p}, take_p={take_p}, max_detours={max_detours}")
-        self.task, self.seed = task, seed
+        self.task, self.seed, self.think = task, seed, think
         self.p, self.take_p, self.detours_left = p, take_p, max_detours
         self.plan = walkthrough(task)
         self.k = 0  # next walkthrough command
@@ -67,9 +69,7 @@ class AlfWorldDetourExpert:
         self.detours = 0
 
     def _think(self, result: StepResult, action: str) -> str:
-        from serl.rollout.expert import ALFWORLD_THINK, _task_phrase
-
-        return self.rng.choice(ALFWORLD_THINK).format(task=_task_phrase(result.task), action=action)
+        return self.think(result.task, action, self.rng)
 
     def _take_after(self, k: int) -> Optional[tuple[str, str]]:
         """``(object, receptacle)`` of the walkthrough's ``take`` right after its ``go to`` at ``k``
