@@ -218,7 +218,6 @@ def update_part(trainer, tok, episodes: list[dict], turn_actions: str, repeats: 
             out[layout]["seconds"].append(time.perf_counter() - t0)
     for layout in out:
         out[layout]["ppo_micro_batch_size"] = micro[layout]
-    for layout in out:
         s = out[layout]["seconds"]
         out[layout]["seconds_per_episode"] = statistics.median(s) / len(episodes)
     out["ratio_conversation_over_step"] = out["conversation"]["seconds_per_episode"] / out["step"]["seconds_per_episode"]
