@@ -42,3 +42,21 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from serl.models.tiny import build_tiny_model_dir
 
     return build_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", TOKENIZER_DIR)
+
+
+@pytest.fixture(scope="module")
+def alf_env():
+    """An ALFWorld env on the shipped train games (one per test module)."""
+    from serl.envs.alfworld import AlfWorldEnv, fixture_data_dir
+
+    env = AlfWorldEnv(max_steps=50, data_dir=fixture_data_dir())
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def train_tasks():
+    """The shipped ALFWorld train games (2 per task type)."""
+    from serl.envs.alfworld import AlfWorldEnv, fixture_data_dir
+
+    return AlfWorldEnv.list_tasks("train", fixture_data_dir())

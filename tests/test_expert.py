@@ -32,18 +32,6 @@ from serl.rollout.expert import (
 )
 
 
-@pytest.fixture(scope="module")
-def alf_env():
-    env = AlfWorldEnv(max_steps=50, data_dir=fixture_data_dir())
-    yield env
-    env.close()
-
-
-@pytest.fixture(scope="module")
-def train_tasks():
-    return AlfWorldEnv.list_tasks("train", fixture_data_dir())
-
-
 def _task_of_type(tasks, ttype):
     return next(t for t in tasks if t.task_type == ttype)
 

@@ -11,23 +11,11 @@ import json
 import pytest
 
 from serl.agent.tool_chat import render_sft_conversation
-from serl.envs.alfworld import AlfWorldEnv, fixture_data_dir, walkthrough
+from serl.envs.alfworld import fixture_data_dir, walkthrough
 from serl.envs.base import EnvError
 from serl.rollout.expert import alfworld_think, collect_expert, make_expert, play_expert
 from serl.rollout.expert_detours import AlfWorldDetourExpert
 from serl.train.sft_data import encode_conversation
-
-
-@pytest.fixture(scope="module")
-def alf_env():
-    env = AlfWorldEnv(max_steps=50, data_dir=fixture_data_dir())
-    yield env
-    env.close()
-
-
-@pytest.fixture(scope="module")
-def train_tasks():
-    return AlfWorldEnv.list_tasks("train", fixture_data_dir())
 
 
 def _turns(row):
