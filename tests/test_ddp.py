@@ -54,29 +54,31 @@ def _params(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
-def _per_rank_normaliser(update_module):
-    """Patch the update to normalise each micro-batch by the rows *this rank* runs in the
-    mini-batch (no global row count, no compensation of DDP's mean): the tempting mistake."""
+def _per_rank_normaliser(update_module, scope: str):
+    """Patch the update to normalise each micro-batch by the rows (``scope`` mini_batch: the loss
+    tokens) *this rank* runs in the mini-batch (no global count, no compensation of DDP's mean):
+    the tempting mistake."""
     real_deal = update_module.deal_micro_batches
-    rank_rows = {}
+    rank_count = {}
 
     def deal(micros, rank, world):
         plan = real_deal(micros, rank, world)
-        rank_rows["n"] = sum(len(m) for m, w in plan if w) or 1
+        count = (lambda m: sum(m.loss_tokens())) if scope == "mini_batch" else len
+        rank_count["n"] = sum(count(m) for m, w in plan if w) or 1
         return plan
 
     update_module.deal_micro_batches = deal
-    update_module.micro_loss_scale = lambda micro_rows, mini_rows, world: micro_rows / rank_rows["n"]
+    update_module.micro_loss_scale = lambda micro_count, mini_count, world: micro_count / rank_count["n"]
 
 
-def _ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str, result: str) -> None:
+def _ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str, result: str, scope: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
     import serl.train.update as update_module
     from serl.train.trainer import Trainer
     from serl.train.update import make_adamw
 
-    tr = Trainer(load_config("cpu", _overrides(model_dir, out)))
+    tr = Trainer(load_config("cpu", _overrides(model_dir, out, **{"actor.token_mean_scope": scope})))
     try:
         assert tr.dist.world_size == world and tr.dist.rank == rank
         init = _params(tr.policy)
@@ -87,7 +89,7 @@ def _ddp_worker(rank: int, world: int, port: int, model_dir: str, out: str, resu
             for k, p in tr.policy.named_parameters():
                 p.copy_(init[k])
         tr.optimizer.load_state_dict(make_adamw(tr.policy.parameters(), 1e-3, 0.0).state_dict())
-        _per_rank_normaliser(update_module)
+        _per_rank_normaliser(update_module, scope)
         tr.update.run(_fixed_batch())
         bad = _params(tr.policy)
         if rank == 0:
@@ -102,16 +104,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_process_update_equals_one_process_update(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("scope", ["micro_batch", "mini_batch"])
+def test_two_process_update_equals_one_process_update(tiny_model_dir, tmp_path, scope):
+    """Either ``actor.token_mean_scope``: rows of 2-7 response tokens, so the mini-batch's
+    token-mean differs from the micro-batches' and a per-rank token count would be wrong."""
     import torch.multiprocessing as mp
 
     from serl.train.trainer import Trainer
 
     result = tmp_path / "ddp.pt"
-    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_model_dir), str(tmp_path / "ddp"), str(result)), nprocs=2)
+    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_model_dir), str(tmp_path / "ddp"), str(result), scope),
+             nprocs=2)
     got = torch.load(result)
 
-    tr = Trainer(load_config("cpu", _overrides(tiny_model_dir, tmp_path / "one")))
+    tr = Trainer(load_config("cpu", _overrides(tiny_model_dir, tmp_path / "one", **{"actor.token_mean_scope": scope})))
     try:
         assert not tr.dist.enabled
         init = _params(tr.policy)
@@ -140,6 +146,7 @@ def test_two_process_update_equals_one_process_update(tiny_model_dir, tmp_path):
 
 def test_micro_loss_scale_and_dealing():
     assert micro_loss_scale(2, 6, 1) == pytest.approx(1 / 3)
+    assert micro_loss_scale(7.0, 20.0, 2) == pytest.approx(0.7)  # loss tokens (token_mean_scope=mini_batch)
     assert micro_loss_scale(2, 6, 2) == pytest.approx(2 / 3)  # DDP's mean over 2 ranks undone
     with pytest.raises(ValueError):
         micro_loss_scale(2, 0, 2)

@@ -16,6 +16,10 @@ from typing import Optional
 from serl.config.model_env import _check
 
 
+#: the values of ``actor.token_mean_scope``
+TOKEN_MEAN_SCOPES = ("micro_batch", "mini_batch")
+
+
 @dataclass
 class ActorConfig:
     """Policy update (verl ``actor_rollout_ref.actor``; the losses of
@@ -31,7 +35,8 @@ class ActorConfig:
     #: verl's name: micro-batches of the update formed by length (rows sorted by prompt +
     #: response length, packed up to ``ppo_max_token_len_per_gpu`` padded tokens and at most
     #: ``ppo_micro_batch_size`` rows) instead of consecutive rows: less padding. It regroups the
-    #: rows, so a token-mean loss weighs tokens per micro-batch differently (as verl)
+    #: rows, so with ``token_mean_scope=micro_batch`` a token-mean loss weighs tokens per
+    #: micro-batch differently (as verl-agent)
     use_dynamic_bsz: bool = False
     #: padded-token budget of one update micro-batch with ``use_dynamic_bsz`` (verl's name; per
     #: process here)
@@ -52,6 +57,16 @@ class ActorConfig:
     clip_ratio_c: float = 3.0
     #: token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
     loss_agg_mode: str = "token-mean"
+    #: the tokens a ``token-mean`` loss averages over. ``micro_batch`` (verl-agent's, the original
+    #: recipes'): each micro-batch's own response tokens, the micro-batches then weighted by their
+    #: rows (``loss / gradient_accumulation``), so the micro-batch size changes the weighting: a
+    #: micro-batch of one row weighs every row alike, whatever its length. ``mini_batch``: every
+    #: loss token of the mini-batch (optimizer step) alike, Σ m·l / Σ m over the whole mini-batch,
+    #: whatever its split into micro-batches or processes (current verl's ``global_batch_info``,
+    #: verl-project/verl#5366), so ``ppo_micro_batch_size`` is a speed and memory setting only.
+    #: The ``seq-mean-*`` modes are over the mini-batch's rows in both; Clip-Cov / KL-Cov still
+    #: pick their tokens per micro-batch
+    token_mean_scope: str = "micro_batch"
     entropy_coeff: float = 0.001
     use_invalid_action_penalty: bool = True
     invalid_action_penalty_coef: float = 0.1
@@ -88,7 +103,7 @@ class ActorConfig:
     skip_zero_advantage_rows: bool = False
 
     def validate(self) -> None:
-        """Raises :class:`ConfigError` naming ``actor.<key>``: batch sizes, a non-finite or
+        """Raises :class:`ConfigError` naming ``actor.<key>``: batch sizes, ``token_mean_scope``, a non-finite or
         non-positive ``lr``, clip ratios (``clip_ratio`` > 0, ``clip_ratio_low/high`` >= 0,
         dual-clip ``clip_ratio_c`` > 1), and the Clip-Cov / KL-Cov ranges. The names
         ``policy_loss`` / ``loss_agg_mode`` / ``kl_loss_type`` are checked by
@@ -98,6 +113,8 @@ class ActorConfig:
         _check(self.ppo_max_token_len_per_gpu >= 1, "actor.ppo_max_token_len_per_gpu", "must be >= 1")
         _check(self.log_prob_micro_batch_size_per_gpu >= 1, "actor.log_prob_micro_batch_size_per_gpu", "must be >= 1")
         _check(self.ppo_epochs >= 1, "actor.ppo_epochs", "must be >= 1")
+        _check(self.token_mean_scope in TOKEN_MEAN_SCOPES, "actor.token_mean_scope",
+               f"must be one of {list(TOKEN_MEAN_SCOPES)}, got {self.token_mean_scope!r}")
         _check(math.isfinite(self.lr) and self.lr > 0, "actor.lr", f"must be finite and > 0, got {self.lr}")
         _check(math.isfinite(self.clip_ratio) and self.clip_ratio > 0, "actor.clip_ratio",
                f"must be finite and > 0, got {self.clip_ratio}")

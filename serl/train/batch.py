@@ -545,6 +545,12 @@ class UpdateBatch:
             if self.old_log_probs[pos[i]] is None:
                 self.old_log_probs[pos[i]] = v
 
+    def loss_tokens(self) -> list[float]:
+        """Per row, the response tokens its loss averages over: the sum of its
+        ``response_masks`` (0 for a Dr.BoT-filtered row, fewer than ``L_i`` where the rollout
+        inserted tokens, e.g. tool outputs)."""
+        return [float(m[: len(r)].sum()) for m, r in zip(self.response_masks, self.response_ids)]
+
     def collate(self, pad_id: int) -> RowBatch:
         """The padded :class:`RowBatch` of these rows (see :func:`collate`)."""
         return collate(self.prompt_ids, self.response_ids, pad_id, self.action_masks, self.response_masks)

@@ -137,7 +137,7 @@ def check_checkpoint_world_size(state: dict[str, Any], world_size: int, folder: 
                               f"(accelerate launch --num_processes {saved} ...)")
 
 
-def micro_loss_scale(micro_rows: int, mini_rows: int, world_size: int) -> float:
+def micro_loss_scale(micro_rows: float, mini_rows: float, world_size: int) -> float:
     """The factor on one micro-batch's loss so the all-reduced gradient equals one process's.
 
     One process accumulates ``Σ_k (b_k / B) · ∇ℓ_k`` over the micro-batches ``k`` of a PPO
@@ -149,10 +149,12 @@ def micro_loss_scale(micro_rows: int, mini_rows: int, world_size: int) -> float:
     ``B`` of the mini-batch as normaliser (never the rank's own rows), times N to undo DDP's
     mean. Since every ``ℓ_k`` is aggregated on the same micro-batch as in one process, every
     ``loss_agg_mode`` (token-mean included) and the covariance selection of clip-cov / kl-cov
-    stay exact.
+    stay exact. With ``actor.token_mean_scope=mini_batch`` and ``token-mean`` the counts are
+    loss tokens instead of rows (``T_k / T · Σ m·l / T_k = Σ m·l / T``: the token-mean of the
+    whole mini-batch, current verl's ``global_batch_info``, verl-project/verl#5366).
 
     Args:
-        micro_rows: ``b_k`` >= 0; mini_rows: ``B`` >= 1; world_size: N >= 1.
+        micro_rows: ``b_k`` >= 0 (rows, or loss tokens); mini_rows: ``B`` >= 1; world_size: N >= 1.
 
     Raises:
         ValueError: ``mini_rows`` < 1 or ``world_size`` < 1.

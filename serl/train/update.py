@@ -11,6 +11,10 @@ frozen-model log-probs, which arrive in the :class:`~serl.train.batch.UpdateBatc
 Departure from verl, exact: the old log-probs of the first mini-batch are the detached current
 log-probs (no parameter has changed yet), which saves one forward pass over those rows.
 
+A ``token-mean`` loss averages over each micro-batch's tokens, the micro-batches weighted by
+rows (verl-agent's), or with ``actor.token_mean_scope=mini_batch`` over the whole mini-batch's
+tokens (current verl's; :func:`loss_count`), which makes the micro-batch size a speed setting only.
+
 With ``actor.skip_zero_advantage_rows`` (off by default: verl runs every row), the rows whose
 every token has advantage 0 are left out of the forward/backward passes and of the old-log-prob
 pass (:func:`trains_something`), and each micro-batch's loss is rescaled so that its normaliser
@@ -58,6 +62,15 @@ def trains_something(batch: UpdateBatch) -> list[bool]:
     return [bool(((a * m) != 0).any()) for a, m in zip(batch.advantages, batch.response_masks)]
 
 
+def loss_count(batch: UpdateBatch, loss_agg_mode: str, token_mean_scope: str) -> float:
+    """What the micro-batch losses of a mini-batch are weighted by (:func:`micro_loss_scale`):
+    with ``token-mean`` and ``actor.token_mean_scope=mini_batch`` the loss tokens of ``batch``
+    (:meth:`UpdateBatch.loss_tokens`), else its rows (verl-agent's ``loss / gradient_accumulation``)."""
+    if loss_agg_mode == "token-mean" and token_mean_scope == "mini_batch":
+        return sum(batch.loss_tokens())
+    return float(len(batch))
+
+
 def kept_loss_factor(micro: UpdateBatch, keep: list[int], loss_agg_mode: str,
                      loss_scale_factor: Optional[float]) -> float:
     """The factor that turns the loss of rows ``keep`` of ``micro``, aggregated over those rows
@@ -73,7 +86,7 @@ def kept_loss_factor(micro: UpdateBatch, keep: list[int], loss_agg_mode: str,
     if not keep:
         raise ValueError("kept_loss_factor: no row kept")
     if loss_agg_mode == "token-mean":
-        tokens = [float(m[: len(r)].sum()) for m, r in zip(micro.response_masks, micro.response_ids)]
+        tokens = micro.loss_tokens()
         return sum(tokens[i] for i in keep) / max(sum(tokens), 1.0)
     if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
         return len(keep) / len(micro)
@@ -162,9 +175,11 @@ class PolicyUpdate:
         gradients are all-reduced on the last micro-step only (DDP ``no_sync`` before). Records
         the old log-probs used in ``part`` and the micro-step metrics in ``means``."""
         plan = deal_micro_batches(self.micro_batches(mini), self.dist.rank, self.dist.world_size)
+        a = self.cfg.actor
+        mini_count = max(loss_count(mini, a.loss_agg_mode, a.token_mean_scope), 1.0)  # no loss token: every loss is 0
         for k, (micro, weight) in enumerate(plan):
             with self.dist.sync_context(self.train_model, sync=k == len(plan) - 1):
-                m, old = self._micro_step(micro, len(mini), weight)
+                m, old = self._micro_step(micro, mini_count, weight)
             if weight:
                 part.fill_old_log_probs(micro.index, old)
                 means.add(m)
@@ -202,17 +217,19 @@ class PolicyUpdate:
             self.optimizer.step()
         return {f"{prefix}/grad_norm": grad_norm.item(), f"{prefix}/lr": self.optimizer.param_groups[0]["lr"]}
 
-    def _micro_step(self, micro: UpdateBatch, mini_rows: int, weight: float = 1.0
+    def _micro_step(self, micro: UpdateBatch, mini_count: float, weight: float = 1.0
                     ) -> tuple[dict[str, float], list[Optional[torch.Tensor]]]:
         """Forward/backward of one micro-batch, on-policy or SPEAR replay (the batch says which).
 
-        loss = weight · loss_coef · len(micro)/mini_rows · N · [policy_loss(logπ_old, logπ, A·W, m)
+        loss = weight · loss_coef · c(micro)/mini_count · N · [policy_loss(logπ_old, logπ, A·W, m)
         − entropy_coeff·agg(H, m) + kl_loss_coef·agg(KL(π‖π_ref), m)]: ``m`` = response mask ×
         the row's mask (Dr.BoT / stored), ``A`` the token advantages, ``W`` SERL's weights (rows
         with teacher log-probs), the KL term only for rows with reference log-probs; a replay
         batch uses the ``*_replay`` loss parameters and γ_t as ``loss_coef``. Tensors ``[b, R]``.
-        ``N`` = the number of processes (DDP then averages the ranks' gradients:
-        :func:`~serl.train.distributed.micro_loss_scale`); ``weight`` 0 = a padding micro-step.
+        ``c`` = rows, or loss tokens with ``token-mean`` and ``actor.token_mean_scope=mini_batch``
+        (:func:`loss_count`; ``mini_count`` = the mini-batch's); ``N`` = the number of processes
+        (DDP then averages the ranks' gradients: :func:`~serl.train.distributed.micro_loss_scale`);
+        ``weight`` 0 = a padding micro-step.
         With ``actor.skip_zero_advantage_rows`` (on-policy rows) only the rows that train run,
         the loss times :func:`kept_loss_factor`; none of them: no pass at all.
 
@@ -220,7 +237,9 @@ class PolicyUpdate:
             ``(metrics, old)``: the metrics under ``micro.prefix``, and per row the old log-probs
             used (the detached current ones where the batch had none; None for a row left out).
         """
-        scale = micro_loss_scale(len(micro), mini_rows, self.dist.world_size) * weight
+        a = self.cfg.actor
+        count = loss_count(micro, a.loss_agg_mode, a.token_mean_scope)
+        scale = micro_loss_scale(count, mini_count, self.dist.world_size) * weight
         if not (self.cfg.actor.skip_zero_advantage_rows and micro.prefix == "actor"):
             return self._forward_backward(micro, scale)
         keep = [j for j, t in enumerate(trains_something(micro)) if t]
@@ -229,7 +248,6 @@ class PolicyUpdate:
         old: list[Optional[torch.Tensor]] = [None] * len(micro)
         if not keep:  # nothing in this micro-batch trains: no forward, no backward
             return {}, old
-        a = self.cfg.actor
         metrics, rows = self._forward_backward(
             micro.select(keep), scale * kept_loss_factor(micro, keep, a.loss_agg_mode, a.loss_scale_factor))
         for j, r in zip(keep, rows):
