@@ -34,6 +34,9 @@ COMMON = [
     "actor.lr=1e-3", "actor.ppo_mini_batch_size=4", "actor.ppo_micro_batch_size=2",
     "trainer.total_training_steps=2", "trainer.save_freq=0", "trainer.progress=false",
     "trainer.logger=[jsonl]",
+    # pinned under verl-agent's per-micro-batch token-mean (the cpu recipe's before it moved to
+    # one row per micro-batch with the mini-batch token-mean)
+    "actor.token_mean_scope=micro_batch",
 ]
 
 VARIANTS = {
