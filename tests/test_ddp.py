@@ -163,6 +163,15 @@ def test_micro_loss_scale_and_dealing():
 def test_merge_metric_means_weights_by_counts():
     merged = merge_metric_means([({"a": 3.0, "b": 1.0}, {"a": 3, "b": 1}), ({"a": 5.0}, {"a": 1})])
     assert merged == {"a": pytest.approx(2.0), "b": pytest.approx(1.0)}
+    # weighted means (micro-steps weighted by loss tokens): ranks' weighted sums and weights add
+    from serl.train.metrics import MetricMeans
+
+    r0, r1 = MetricMeans(), MetricMeans()
+    r0.add({"a": 1.0}, 3.0)
+    r0.add({"a": 100.0}, 0.0)  # no loss token: adds nothing
+    r1.add({"a": 2.0}, 1.5)
+    assert r0.result() == {"a": 1.0}
+    assert merge_metric_means([r0.parts(), r1.parts()]) == {"a": pytest.approx((3.0 + 3.0) / 4.5)}
 
 
 def test_clear_errors_for_indivisible_batch_and_mismatched_n(tiny_model_dir, tmp_path):

@@ -36,14 +36,18 @@ def test_mini_batch_scope_gives_one_gradient_whatever_the_micro_batch_size(tiny_
     alike, whatever its length)."""
     rows = _rows(6)
     assert len({len(r.response_ids) for r in rows}) > 2  # lengths differ, or the scopes would agree
-    start, whole, _ = _grad(tiny_model_dir, tmp_path, rows, ADV, "mini_batch", 6)
+    start, whole, m_whole = _grad(tiny_model_dir, tmp_path, rows, ADV, "mini_batch", 6)
     _, whole_micro, _ = _grad(tiny_model_dir, tmp_path, rows, ADV, "micro_batch", 6, start)
     assert _close(whole, whole_micro)
     for micro in (1, 2, 4):
-        _, g, _ = _grad(tiny_model_dir, tmp_path, rows, ADV, "mini_batch", micro, start)
+        _, g, m = _grad(tiny_model_dir, tmp_path, rows, ADV, "mini_batch", micro, start)
         assert _close(whole, g), micro
-    _, per_row, _ = _grad(tiny_model_dir, tmp_path, rows, ADV, "micro_batch", 1, start)
+        # the metrics, micro-steps weighted by their tokens, are the mini-batch's token-means too
+        for key in ("actor/pg_loss", "actor/entropy", "actor/ppo_kl"):
+            assert m[key] == pytest.approx(m_whole[key], rel=1e-4, abs=1e-7), (micro, key)
+    _, per_row, m_row = _grad(tiny_model_dir, tmp_path, rows, ADV, "micro_batch", 1, start)
     assert not _close(whole, per_row)
+    assert m_row["actor/pg_loss"] != pytest.approx(m_whole["actor/pg_loss"], rel=1e-3)  # a mean of row means
 
 
 def test_mini_batch_scope_with_rows_left_out(tiny_model_dir, tmp_path):

@@ -185,16 +185,16 @@ def deal_micro_batches(micros: Sequence[T], rank: int, world_size: int) -> list[
     return mine + [(micros[0], 0.0)] * (steps - len(mine))
 
 
-def merge_metric_means(parts: Sequence[tuple[dict[str, float], dict[str, int]]]) -> dict[str, float]:
+def merge_metric_means(parts: Sequence[tuple[dict[str, float], dict[str, float]]]) -> dict[str, float]:
     """``{key: mean}`` over the ``(sums, counts)`` of every rank's :class:`MetricMeans`: each key's
-    sums and counts are added before dividing (a mean weighted by how often each rank saw it).
-    Keys keep first-seen order."""
+    sums and counts (weights) are added before dividing (a mean weighted by how often, or how
+    heavily, each rank saw it). Keys keep first-seen order."""
     sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
+    counts: dict[str, float] = {}
     for s, c in parts:
         for k, v in s.items():
             sums[k] = sums.get(k, 0.0) + float(v)
-            counts[k] = counts.get(k, 0) + int(c[k])
+            counts[k] = counts.get(k, 0.0) + float(c[k])
     return {k: sums[k] / counts[k] for k in sums}
 
 

@@ -22,24 +22,28 @@ log = logging.getLogger(__name__)
 
 
 class MetricMeans:
-    """The mean of each metric over the dicts added (micro-batches, optimizer steps); a key
-    missing from some dicts is averaged over those that have it. Keys keep first-seen order."""
+    """The (weighted) mean of each metric over the dicts added (micro-batches, optimizer steps); a
+    key missing from some dicts is averaged over those that have it. Keys keep first-seen order."""
 
     def __init__(self):
         self._sums: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
+        self._counts: dict[str, float] = {}
 
-    def add(self, metrics: dict[str, float]) -> None:
-        """Add one dict of scalars."""
+    def add(self, metrics: dict[str, float], weight: float = 1.0) -> None:
+        """Add one dict of scalars with ``weight`` (1: a plain mean; the update weights its
+        micro-steps by their loss tokens under ``actor.token_mean_scope=mini_batch``). A dict of
+        weight 0 adds nothing."""
+        if weight <= 0:
+            return
         for k, v in metrics.items():
-            self._sums[k] = self._sums.get(k, 0.0) + float(v)
-            self._counts[k] = self._counts.get(k, 0) + 1
+            self._sums[k] = self._sums.get(k, 0.0) + weight * float(v)
+            self._counts[k] = self._counts.get(k, 0.0) + weight
 
     def result(self) -> dict[str, float]:
         """``{key: mean}``."""
         return {k: self._sums[k] / self._counts[k] for k in self._sums}
 
-    def parts(self) -> tuple[dict[str, float], dict[str, int]]:
+    def parts(self) -> tuple[dict[str, float], dict[str, float]]:
         """``(sums, counts)`` per key (copies), to merge the means of several processes
         (:func:`serl.train.distributed.merge_metric_means`)."""
         return dict(self._sums), dict(self._counts)

@@ -173,16 +173,20 @@ class PolicyUpdate:
         """Forward/backward of this rank's micro-batches of ``mini`` (all of them with one process;
         with N ranks micro-batch ``k`` runs on rank ``k mod N``, :func:`deal_micro_batches`); the
         gradients are all-reduced on the last micro-step only (DDP ``no_sync`` before). Records
-        the old log-probs used in ``part`` and the micro-step metrics in ``means``."""
+        the old log-probs used in ``part`` and the micro-step metrics in ``means`` (weighted by
+        their loss tokens with ``token-mean`` and ``actor.token_mean_scope=mini_batch``, so that
+        ``actor/pg_loss`` is the mini-batch's token-mean, the loss that is optimized)."""
         plan = deal_micro_batches(self.micro_batches(mini), self.dist.rank, self.dist.world_size)
         a = self.cfg.actor
         mini_count = max(loss_count(mini, a.loss_agg_mode, a.token_mean_scope), 1.0)  # no loss token: every loss is 0
+        token_weighted = a.loss_agg_mode == "token-mean" and a.token_mean_scope == "mini_batch"
         for k, (micro, weight) in enumerate(plan):
             with self.dist.sync_context(self.train_model, sync=k == len(plan) - 1):
                 m, old = self._micro_step(micro, mini_count, weight)
             if weight:
                 part.fill_old_log_probs(micro.index, old)
-                means.add(m)
+                # the mini-batch token-mean: each micro-step's token-means weighted by its tokens
+                means.add(m, loss_count(micro, a.loss_agg_mode, a.token_mean_scope) if token_weighted else 1.0)
 
     def _precompute_old_logprobs(self, batch: UpdateBatch) -> None:
         """Behaviour log-probs, before any optimizer step, of the rows outside the first
