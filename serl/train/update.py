@@ -62,11 +62,17 @@ def trains_something(batch: UpdateBatch) -> list[bool]:
     return [bool(((a * m) != 0).any()) for a, m in zip(batch.advantages, batch.response_masks)]
 
 
+def token_mean_over_mini_batch(loss_agg_mode: str, token_mean_scope: str) -> bool:
+    """True when the loss is a token-mean over the whole mini-batch (``token-mean`` with
+    ``actor.token_mean_scope=mini_batch``): micro-batches then count by their loss tokens."""
+    return loss_agg_mode == "token-mean" and token_mean_scope == "mini_batch"
+
+
 def loss_count(batch: UpdateBatch, loss_agg_mode: str, token_mean_scope: str) -> float:
     """What the micro-batch losses of a mini-batch are weighted by (:func:`micro_loss_scale`):
-    with ``token-mean`` and ``actor.token_mean_scope=mini_batch`` the loss tokens of ``batch``
+    with :func:`token_mean_over_mini_batch` the loss tokens of ``batch``
     (:meth:`UpdateBatch.loss_tokens`), else its rows (verl-agent's ``loss / gradient_accumulation``)."""
-    if loss_agg_mode == "token-mean" and token_mean_scope == "mini_batch":
+    if token_mean_over_mini_batch(loss_agg_mode, token_mean_scope):
         return sum(batch.loss_tokens())
     return float(len(batch))
 
@@ -179,14 +185,14 @@ class PolicyUpdate:
         plan = deal_micro_batches(self.micro_batches(mini), self.dist.rank, self.dist.world_size)
         a = self.cfg.actor
         mini_count = max(loss_count(mini, a.loss_agg_mode, a.token_mean_scope), 1.0)  # no loss token: every loss is 0
-        token_weighted = a.loss_agg_mode == "token-mean" and a.token_mean_scope == "mini_batch"
+        by_tokens = token_mean_over_mini_batch(a.loss_agg_mode, a.token_mean_scope)
         for k, (micro, weight) in enumerate(plan):
+            count = loss_count(micro, a.loss_agg_mode, a.token_mean_scope)
             with self.dist.sync_context(self.train_model, sync=k == len(plan) - 1):
-                m, old = self._micro_step(micro, mini_count, weight)
+                m, old = self._micro_step(micro, micro_loss_scale(count, mini_count, self.dist.world_size) * weight)
             if weight:
                 part.fill_old_log_probs(micro.index, old)
-                # the mini-batch token-mean: each micro-step's token-means weighted by its tokens
-                means.add(m, loss_count(micro, a.loss_agg_mode, a.token_mean_scope) if token_weighted else 1.0)
+                means.add(m, count if by_tokens else 1.0)  # by tokens: the mini-batch's token-means
 
     def _precompute_old_logprobs(self, batch: UpdateBatch) -> None:
         """Behaviour log-probs, before any optimizer step, of the rows outside the first
@@ -221,19 +227,19 @@ class PolicyUpdate:
             self.optimizer.step()
         return {f"{prefix}/grad_norm": grad_norm.item(), f"{prefix}/lr": self.optimizer.param_groups[0]["lr"]}
 
-    def _micro_step(self, micro: UpdateBatch, mini_count: float, weight: float = 1.0
+    def _micro_step(self, micro: UpdateBatch, scale: float
                     ) -> tuple[dict[str, float], list[Optional[torch.Tensor]]]:
         """Forward/backward of one micro-batch, on-policy or SPEAR replay (the batch says which).
 
-        loss = weight · loss_coef · c(micro)/mini_count · N · [policy_loss(logπ_old, logπ, A·W, m)
+        loss = scale · loss_coef · [policy_loss(logπ_old, logπ, A·W, m)
         − entropy_coeff·agg(H, m) + kl_loss_coef·agg(KL(π‖π_ref), m)]: ``m`` = response mask ×
         the row's mask (Dr.BoT / stored), ``A`` the token advantages, ``W`` SERL's weights (rows
         with teacher log-probs), the KL term only for rows with reference log-probs; a replay
         batch uses the ``*_replay`` loss parameters and γ_t as ``loss_coef``. Tensors ``[b, R]``.
-        ``c`` = rows, or loss tokens with ``token-mean`` and ``actor.token_mean_scope=mini_batch``
-        (:func:`loss_count`; ``mini_count`` = the mini-batch's); ``N`` = the number of processes
-        (DDP then averages the ranks' gradients: :func:`~serl.train.distributed.micro_loss_scale`);
-        ``weight`` 0 = a padding micro-step.
+        ``scale`` = weight · c(micro)/c(mini-batch) · N (the caller's), with ``c`` rows, or loss
+        tokens with ``token-mean`` and ``actor.token_mean_scope=mini_batch`` (:func:`loss_count`),
+        ``N`` the number of processes (DDP then averages the ranks' gradients:
+        :func:`~serl.train.distributed.micro_loss_scale`) and weight 0 a padding micro-step.
         With ``actor.skip_zero_advantage_rows`` (on-policy rows) only the rows that train run,
         the loss times :func:`kept_loss_factor`; none of them: no pass at all.
 
@@ -242,9 +248,7 @@ class PolicyUpdate:
             used (the detached current ones where the batch had none; None for a row left out).
         """
         a = self.cfg.actor
-        count = loss_count(micro, a.loss_agg_mode, a.token_mean_scope)
-        scale = micro_loss_scale(count, mini_count, self.dist.world_size) * weight
-        if not (self.cfg.actor.skip_zero_advantage_rows and micro.prefix == "actor"):
+        if not (a.skip_zero_advantage_rows and micro.prefix == "actor"):
             return self._forward_backward(micro, scale)
         keep = [j for j, t in enumerate(trains_something(micro)) if t]
         if len(keep) == len(micro):
