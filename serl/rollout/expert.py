@@ -19,6 +19,10 @@ Experts
   relevant sub-problem, :mod:`serl.envs.alfworld_expert`), taking the first command of its plan.
   The env answers from the rest of its last plan while the episode follows it, so an expert
   episode costs about one search; a state off the plan is searched again.
+* **ALFWorld**, ``expert="search"``: the planner, except where its next action goes to fetch an
+  object that no observation has shown yet; there it searches (opens the closed receptacle it
+  stands at, else goes to one it has not visited, drawn at random):
+  :mod:`serl.rollout.expert_search`.
 * **WebShop**: an oracle built from the episode's goal (WebShop, arXiv 2207.01206). The only
   state it reads beyond the public :class:`~serl.envs.base.StepResult` (instruction, observation,
   admissible actions, ``info["task_score"]``) is the env's public ``goal`` attribute
@@ -417,14 +421,16 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
 
 
 #: the ALFWorld experts of :func:`make_expert`; the first is the default
-ALFWORLD_EXPERTS = ("walkthrough", "planner")
+ALFWORLD_EXPERTS = ("walkthrough", "planner", "search")
 
 
 def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: float = 0.0):
     """The expert of ``task.env_name``: for ALFWorld :class:`AlfWorldExpert` (``expert`` None or
     ``"walkthrough"``; with ``detours`` > 0
     :class:`~serl.rollout.expert_detours.AlfWorldDetourExpert`, a detour before a ``go to`` with
-    that probability) or :class:`AlfWorldPlannerExpert` (``"planner"``); for WebShop
+    that probability), :class:`AlfWorldPlannerExpert` (``"planner"``) or
+    :class:`~serl.rollout.expert_search.AlfWorldSearchExpert` (``"search"``: the planner, searching
+    for objects the agent has not seen); for WebShop
     :class:`WebShopOracle` (``expert`` must be None).
 
     Raises:
@@ -443,6 +449,10 @@ def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: fl
             return AlfWorldExpert(task, seed)
         if expert == "planner":
             return AlfWorldPlannerExpert(task, seed)
+        if expert == "search":
+            from serl.rollout.expert_search import AlfWorldSearchExpert
+
+            return AlfWorldSearchExpert(task, seed, alfworld_think)
         raise EnvError(f"no ALFWorld expert {expert!r}; valid: {list(ALFWORLD_EXPERTS)}")
     if task.env_name == "webshop":
         if expert is not None:
@@ -510,8 +520,8 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
         seed: think-template seed.
         min_score: keep threshold on the episode's ``task_score`` in [0, 1] (1.0: won only).
         on_episode: optional callback after each episode (progress bars).
-        expert: which expert (:func:`make_expert`; ALFWorld ``"walkthrough"`` or ``"planner"``,
-            None = the env's default).
+        expert: which expert (:func:`make_expert`; ALFWorld ``"walkthrough"``, ``"planner"`` or
+            ``"search"``, None = the env's default).
         prompt_layout, turn_actions: as for :func:`play_expert` (``conversation``: one row per
             episode).
         detours: ALFWorld's walkthrough with detours (:func:`make_expert`; 0 = none).

@@ -1,0 +1,129 @@
+"""ALFWorld's planner expert made to search (serl.rollout.expert_search, `serl data expert --expert
+search`): one search step and the choice between search and planner by hand (a fake planner), and
+through the real engine on the shipped train games: every episode is won with admissible actions,
+episodes are longer than the walkthroughs (the search), and before the first take no place is gone
+to twice."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from serl.envs.alfworld import fixture_data_dir, walkthrough
+from serl.rollout.expert import collect_expert, make_expert, play_expert
+from serl.rollout.expert_search import AlfWorldSearchExpert, search_step
+
+ADMISSIBLE = ["go to cabinet 1", "go to countertop 1", "go to drawer 2", "open drawer 1", "inventory", "look"]
+
+
+def test_search_step_opens_where_it_stands_else_goes_somewhere_new():
+    seen = "You are in the middle of a room.\nYou arrive at drawer 1. The drawer 1 is closed."
+    assert search_step(seen, ADMISSIBLE, random.Random(0)) == "open drawer 1"
+    # drawer 1 is open now (no "open drawer 1" listed): go to a receptacle not arrived at
+    seen2 = seen + "\nYou arrive at cabinet 1. On the cabinet 1, you see nothing."
+    admissible = [a for a in ADMISSIBLE if not a.startswith("open ")]
+    draws = {search_step(seen2, admissible, random.Random(s)) for s in range(40)}
+    assert draws == {"go to countertop 1", "go to drawer 2"}  # never cabinet 1, both others drawn
+    # the draw depends on the seed, not on the list's order
+    assert [search_step(seen2, admissible[::-1], random.Random(s)) for s in range(10)] == \
+        [search_step(seen2, admissible, random.Random(s)) for s in range(10)]
+    everywhere = seen2 + "\nYou arrive at countertop 1.\nYou arrive at drawer 2."
+    assert search_step(everywhere, admissible, random.Random(0)) is None
+
+
+class _FakeEnv:
+    def __init__(self, plan):
+        self.plan = plan
+
+    def expert_plan(self):
+        return list(self.plan)
+
+
+def test_act_searches_only_where_the_planner_fetches_an_unseen_object(train_tasks):
+    from serl.envs.base import StepResult
+
+    def state(obs, admissible):
+        return StepResult(observation=obs, reward=0.0, done=False, won=False, admissible_actions=admissible,
+                          task="Your task is to: put some apple on drawer 2.", info={})
+
+    env = _FakeEnv(["go to cabinet 1", "take apple 1 from cabinet 1", "go to drawer 2", "move apple 1 to drawer 2"])
+    expert = make_expert(train_tasks[0], 0, "search")
+    closed = state("You arrive at drawer 1. The drawer 1 is closed.", ADMISSIBLE)
+    think, action = expert.act(env, closed, 0)
+    assert action == "open drawer 1" and action in think and expert.searches == 1  # not the planner's guess
+    found = state("You open the drawer 1. The drawer 1 is open. In it, you see nothing.", ADMISSIBLE[:3])
+    assert expert.act(env, found, 1)[1] in ("go to countertop 1", "go to drawer 2")  # somewhere new
+    named = state("You arrive at countertop 1. On the countertop 1, you see a apple 2.", ADMISSIBLE[:3])
+    assert expert.act(env, named, 2)[1] in ("go to cabinet 1", "go to drawer 2")  # apple 1 still unseen
+    env.plan = ["go to cabinet 1", "take apple 2 from cabinet 1"]  # the planner fetches the apple it saw
+    assert expert.act(env, named, 3)[1] == "go to cabinet 1" and expert.searches == 3
+    env.plan = ["go to drawer 2", "move apple 2 to drawer 2"]  # not a fetch: the planner's action
+    assert expert.act(env, state("You pick up the apple 2.", ADMISSIBLE), 4)[1] == "go to drawer 2"
+    env.plan = []
+    assert expert.act(env, named, 5) is None  # won
+
+
+def _turns(row):
+    m = row["messages"]
+    return [(m[i]["content"], m[i + 1]["content"]) for i in range(0, len(m), 2)]
+
+
+def test_search_expert_wins_every_shipped_game_and_searches(alf_env, train_tasks, tokenizer):
+    rows, summary = collect_expert(alf_env, train_tasks, tokenizer, history_length=2, max_prompt_length=8000,
+                                   max_steps=50, seed=3, expert="search", prompt_layout="conversation",
+                                   turn_actions="state")
+    assert summary.won == summary.tasks == len(train_tasks) == len(rows)
+    longer = 0
+    for task, row in zip(train_tasks, rows):
+        turns, actions = _turns(row), row["actions"]
+        assert all(row["action_admissible"]) and all("weight" not in m for m in row["messages"])
+        for t, action in enumerate(actions):
+            m = re.match(r"^take (.+) from (.+)$", actions[t + 1] if t + 1 < len(actions) else "")
+            if action.startswith("go to ") and m and action == f"go to {m.group(2)}":
+                # went to R and took obj there: obj was named in an earlier turn, or R is a place the
+                # search had not been to (it found obj there); never a return to fetch an unseen obj
+                named = "\n".join(text for text, _ in turns[: t + 1])
+                seen = re.search(rf"(?<!\w){re.escape(m.group(1))}(?!\d)", named)
+                assert seen or f"You arrive at {m.group(2)}." not in named, (task.task_id, t, action)
+        first_take = next(t for t, a in enumerate(actions) if a.startswith("take "))
+        goes = [a for a in actions[:first_take] if a.startswith("go to ")]
+        assert len(goes) == len(set(goes)), (task.task_id, goes)  # a search goes to each place once
+        longer += len(actions) > len(walkthrough(task))
+    assert longer >= len(train_tasks) // 2  # it searches where the walkthrough goes straight there
+
+
+def test_search_expert_is_deterministic_per_seed(alf_env, train_tasks, tokenizer):
+    task = next(t for t in train_tasks if t.task_type == "pick_clean_then_place_in_recep")
+    play = lambda seed: play_expert(alf_env, task, make_expert(task, seed, "search"), tokenizer, 2, 8000, 50,  # noqa: E731
+                                    prompt_layout="conversation")
+    a, b, c = play(1), play(1), play(2)
+    assert a.won and a.rows == b.rows
+    assert [r["actions"] for r in a.rows] != [r["actions"] for r in c.rows]  # the search order is the seed's
+    assert isinstance(make_expert(task, 0, "search"), AlfWorldSearchExpert)
+
+
+def test_cli_search_expert(tmp_path, tiny_model_dir, capsys):
+    from serl.cli import main
+
+    out = tmp_path / "s.jsonl"
+    rc = main(["data", "expert", "alfworld", f"model.path={tiny_model_dir}", "env.prompt_layout=conversation",
+               "--num-tasks", "2", "--seed", "4", "--expert", "search", "--data-dir", str(fixture_data_dir()),
+               "--out", str(out)])
+    assert rc == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(r["won"] for r in rows)
+    assert "planner: " in capsys.readouterr().out
+    assert main(["data", "expert", "alfworld", "--expert", "search", "--detours", "0.5",
+                 "--out", str(tmp_path / "x.jsonl")]) != 0
+    assert "--detours" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["searching", "Search"])
+def test_unknown_expert_is_a_clear_error(train_tasks, name):
+    from serl.envs.base import EnvError
+
+    with pytest.raises(EnvError, match="search"):
+        make_expert(train_tasks[0], 0, name)
