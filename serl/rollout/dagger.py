@@ -130,6 +130,12 @@ def label_is_seen(plan: list[str], seen_text: str) -> bool:
     return obj is None or re.search(rf"(?<![\w]){re.escape(obj)}(?!\d)", seen_text) is not None
 
 
+def arrived_at(seen_text: str) -> list[str]:
+    """The receptacles an agent arrived at, in order, read off the ``You arrive at R.``
+    observations in ``seen_text`` (ALFWorld's reply to an admissible ``go to R``)."""
+    return _ARRIVE.findall(seen_text)
+
+
 def receptacle_prior(trajs: list[Trajectory]) -> dict[str, Counter]:
     """Where objects are found: per object type, how often the planner's plan from a game's
     initial state (``expert_plan0``) first takes it from each receptacle type, over ``trajs``."""
@@ -161,7 +167,7 @@ def search_action(traj: Trajectory, t: int, prior: dict[str, Counter]) -> Option
     if obj is None:
         return None
     s, seen = traj.steps[t], "\n".join(x.prompt for x in traj.steps[: t + 1])
-    arrived = _ARRIVE.findall(seen)
+    arrived = arrived_at(seen)
     if arrived and f"open {arrived[-1]}" in s.admissible_actions:
         return f"open {arrived[-1]}"
     counts = Counter(prior.get(object_type(obj), Counter()))
@@ -181,7 +187,7 @@ def is_exploring(action: str, admissible: list[str], seen_text: str) -> bool:
     in ``seen_text``, the agent's user turns up to the state)."""
     if action not in admissible:
         return False
-    arrived = _ARRIVE.findall(seen_text)
+    arrived = arrived_at(seen_text)
     if action.startswith("go to "):
         return action[len("go to "):] not in arrived
     return action.startswith("open ") and bool(arrived) and action[len("open "):] == arrived[-1]

@@ -85,9 +85,9 @@ def search_step(seen_text: str, admissible: list[str], rng: random.Random) -> Op
         admissible: the current state's admissible commands.
         rng: the draw.
     """
-    from serl.rollout.dagger import _ARRIVE
+    from serl.rollout.dagger import arrived_at
 
-    arrived = _ARRIVE.findall(seen_text)
+    arrived = arrived_at(seen_text)
     if arrived and f"open {arrived[-1]}" in admissible:
         return f"open {arrived[-1]}"
     todo = sorted(a for a in admissible if a.startswith("go to ") and a[len("go to "):] not in arrived)
