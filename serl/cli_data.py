@@ -326,7 +326,7 @@ def add_data_parser(sub) -> None:
     ex.add_argument("--expert", choices=["walkthrough", "planner", "search"], default=None,
                     help="alfworld only: walkthrough (default) replays each game's stored plan from the initial "
                     "state; planner asks fast-downward for a plan from each state (serl.envs.alfworld_expert); "
-                    "search: the planner, but where it would fetch an object no observation has shown, it opens "
+                    "search: the planner, but where it would fetch an object no turn has named, it opens "
                     "the closed receptacle it stands at or goes to one not visited yet (serl.rollout.expert_search)")
     ex.add_argument("--max-steps", type=int, default=None,
                     help="episode step limit (default: the env's own, ALFWorld 50 / WebShop 15; "

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from serl.rollout.expert import ALFWORLD_THINK, _rng, _task_phrase, format_response
+from serl.rollout.expert_search import arrived_at, fetched_object, label_is_seen
 from serl.trajectory import Trajectory
 
 #: the ``source`` of a row: a state the expert labelled, or a won episode kept whole
@@ -56,9 +57,7 @@ ROW_SOURCES = ("dagger", "won")
 #: wrong (:func:`labelled_states`); ``search`` as ``seen``, with a search's label where the planner's is a guess
 LABEL_MODES = ("all", "seen", "search")
 
-_FOUND = re.compile(r"^(?:take (.+) from .+|use (.+))$")
 _TAKE = re.compile(r"^take (.+) from (.+)$")
-_ARRIVE = re.compile(r"You arrive at (.+?)\.")
 
 
 def step_labels(traj: Trajectory) -> list[Optional[bool]]:
@@ -94,46 +93,9 @@ def state_plans(traj: Trajectory) -> list[Optional[list[str]]]:
     return [list(p) if p else None for p in plans]
 
 
-def _fetched_object(plan: list[str]) -> Optional[str]:
-    """The object that a plan's first action, a ``go to``, goes to fetch: ``X`` of the ``take X
-    from R`` or ``use X`` after it (past an ``open R``); None otherwise."""
-    if not plan[0].startswith("go to "):
-        return None
-    for action in plan[1:3]:
-        if action.startswith("open "):
-            continue
-        m = _FOUND.match(action)
-        return (m.group(1) or m.group(2)) if m else None
-    return None
-
-
 def object_type(name: str) -> str:
     """An ALFWorld instance name's type: ``"apple 1"`` -> ``"apple"``."""
     return re.sub(r"\s+\d+$", "", name)
-
-
-def label_is_seen(plan: list[str], seen_text: str) -> bool:
-    """Whether an agent that has read ``seen_text`` could know the planner's next action ``plan[0]``.
-
-    Every action but ``go to`` is taken where the agent stands, on what it sees, and counts as
-    known. A ``go to R`` counts as known unless the plan goes there to fetch something, i.e. its
-    next action (after an ``open R``) is ``take X from R`` or ``use X``, and the object ``X`` (an
-    instance name such as ``apple 1``) does not appear in ``seen_text``. ``go to`` the sink, the
-    microwave, the fridge or the goal receptacle to act on an object in hand counts as known.
-
-    Args:
-        plan: the planner's plan from the state, first action first (non-empty).
-        seen_text: what the agent has read up to the state (its user turns: observations and
-            admissible actions).
-    """
-    obj = _fetched_object(plan)
-    return obj is None or re.search(rf"(?<![\w]){re.escape(obj)}(?!\d)", seen_text) is not None
-
-
-def arrived_at(seen_text: str) -> list[str]:
-    """The receptacles an agent arrived at, in order, read off the ``You arrive at R.``
-    observations in ``seen_text`` (ALFWorld's reply to an admissible ``go to R``)."""
-    return _ARRIVE.findall(seen_text)
 
 
 def receptacle_prior(trajs: list[Trajectory]) -> dict[str, Counter]:
@@ -163,7 +125,7 @@ def search_action(traj: Trajectory, t: int, prior: dict[str, Counter]) -> Option
     most often, ties in the order of the first turn's admissible ``go to`` list. None when the
     plan fetches nothing or every receptacle was visited."""
     plan = state_plans(traj)[t]
-    obj = _fetched_object(plan) if plan else None
+    obj = fetched_object(plan) if plan else None
     if obj is None:
         return None
     s, seen = traj.steps[t], "\n".join(x.prompt for x in traj.steps[: t + 1])

@@ -20,7 +20,7 @@ Experts
   The env answers from the rest of its last plan while the episode follows it, so an expert
   episode costs about one search; a state off the plan is searched again.
 * **ALFWorld**, ``expert="search"``: the planner, except where its next action goes to fetch an
-  object that no observation has shown yet; there it searches (opens the closed receptacle it
+  object that no turn has named yet; there it searches (opens the closed receptacle it
   stands at, else goes to one it has not visited, drawn at random):
   :mod:`serl.rollout.expert_search`.
 * **WebShop**: an oracle built from the episode's goal (WebShop, arXiv 2207.01206). The only
