@@ -125,5 +125,5 @@ def test_cli_search_expert(tmp_path, tiny_model_dir, capsys):
 def test_unknown_expert_is_a_clear_error(train_tasks, name):
     from serl.envs.base import EnvError
 
-    with pytest.raises(EnvError, match="search"):
+    with pytest.raises(EnvError, match=r"valid: \[.*'search'\]"):  # listed among the valid experts
         make_expert(train_tasks[0], 0, name)

@@ -73,9 +73,9 @@ class AlfWorldSearchExpert:
         plan = env.expert_plan()
         if not plan:
             return None
-        action = plan[0]
-        if not label_is_seen(plan, "\n".join(self.seen)):
-            found = search_step("\n".join(self.seen), result.admissible_actions, self.rng)
+        action, seen = plan[0], "\n".join(self.seen)
+        if not label_is_seen(plan, seen):
+            found = search_step(seen, result.admissible_actions, self.rng)
             if found is not None:
                 action = found
                 self.searches += 1
