@@ -55,7 +55,9 @@ def test_act_searches_only_where_the_planner_fetches_an_unseen_object(train_task
     think, action = expert.act(env, closed, 0)
     assert action == "open drawer 1" and action in think and expert.searches == 1  # not the planner's guess
     found = state("You open the drawer 1. The drawer 1 is open. In it, you see nothing.", ADMISSIBLE[:3])
-    assert expert.act(env, found, 1)[1] in ("go to countertop 1", "go to drawer 2")  # somewhere new
+    # somewhere not arrived at (cabinet 1 too: the search draws it, the planner's reason does not count)
+    assert expert.act(env, found, 1)[1] in ("go to cabinet 1", "go to countertop 1", "go to drawer 2")
+    assert expert.searches == 2
     named = state("You arrive at countertop 1. On the countertop 1, you see a apple 2.", ADMISSIBLE[:3])
     assert expert.act(env, named, 2)[1] in ("go to cabinet 1", "go to drawer 2")  # apple 1 still unseen
     env.plan = ["go to cabinet 1", "take apple 2 from cabinet 1"]  # the planner fetches the apple it saw
@@ -64,6 +66,24 @@ def test_act_searches_only_where_the_planner_fetches_an_unseen_object(train_task
     assert expert.act(env, state("You pick up the apple 2.", ADMISSIBLE), 4)[1] == "go to drawer 2"
     env.plan = []
     assert expert.act(env, named, 5) is None  # won
+
+
+def test_search_draws_do_not_depend_on_where_the_data_lies(train_tasks):
+    from dataclasses import replace
+
+    from serl.envs.base import StepResult
+
+    task = train_tasks[0]
+    moved = replace(task, task_id="/elsewhere/ci/json_2.1.1/train/" + task.key)
+    assert moved.key == task.key == "/".join(task.task_id.split("/")[-3:]) and moved.task_id != task.task_id
+    assert replace(task, env_name="webshop", task_id="17").key == "17"
+    env = _FakeEnv(["go to cabinet 1", "take apple 1 from cabinet 1"])
+    start = StepResult(observation="You are in the middle of a room.", reward=0.0, done=False, won=False,
+                       admissible_actions=["go to cabinet 1", "go to countertop 1", "go to drawer 1",
+                                           "go to drawer 2", "go to shelf 1"],
+                       task="Your task is to: put some apple on drawer 2.", info={})
+    draws = lambda t: [make_expert(t, seed, "search").act(env, start, 0)[1] for seed in range(12)]  # noqa: E731
+    assert draws(moved) == draws(task) and len(set(draws(task))) > 1
 
 
 def _turns(row):

@@ -49,6 +49,16 @@ class Task:
     task_type: str
     seed: int = 0
 
+    @property
+    def key(self) -> str:
+        """``task_id`` without where the data lies: for a game path, its last three parts
+        (``<task folder>/<trial>/game.tw-pddl``, unique within an ALFWorld split); otherwise
+        ``task_id`` itself. Seeds drawn from it are the same on every machine, where the
+        absolute path is not (a data root moved from ``/home/a`` to ``/ci`` must not change
+        what a seeded expert does)."""
+        parts = self.task_id.replace("\\", "/").split("/")
+        return "/".join(parts[-3:]) if len(parts) > 1 else self.task_id
+
 
 @dataclass
 class StepResult:

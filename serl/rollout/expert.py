@@ -45,8 +45,9 @@ Experts
 Think templates (no LLM)
 ------------------------
 Each reply is ``<think>{think}</think><action>{action}</action>``; the think text is one of a few
-templates, chosen by ``random.Random(f"serl-expert/{seed}/{task_id}/{step}")``, so a row depends
-only on the seed, the task and the step (not on the order tasks are played in).
+templates, chosen by ``random.Random(f"serl-expert/{seed}/{task.key}/{step}")``, so a row depends
+only on the seed, the task and the step (not on the order tasks are played in, nor on where the
+data lies: ``Task.key`` is the game path without its data root).
 ALFWorld's ``{task}`` is the task sentence without its final period (e.g. ``put a clean apple in
 diningtable``) and ``{action}`` the command itself. WebShop's ``{task}`` is the instruction up to
 its first ``" with "`` (at most 8 words), ``{title}`` the first 6 words of the target's title,
@@ -137,8 +138,8 @@ def format_response(think: str, action: str) -> str:
     return f"<think>{think}</think><action>{action}</action>"
 
 
-def _rng(seed: int, task_id: str, step: int) -> random.Random:
-    return random.Random(f"serl-expert/{seed}/{task_id}/{step}")
+def _rng(seed: int, task_key: str, step: int) -> random.Random:
+    return random.Random(f"serl-expert/{seed}/{task_key}/{step}")
 
 
 def _task_phrase(task_text: str) -> str:
@@ -174,7 +175,7 @@ class AlfWorldExpert:
         if step >= len(self.plan):
             return None
         action = self.plan[step]
-        tpl = _rng(self.seed, self.task.task_id, step).choice(ALFWORLD_THINK)
+        tpl = _rng(self.seed, self.task.key, step).choice(ALFWORLD_THINK)
         return tpl.format(task=_task_phrase(result.task), action=action), action
 
 
@@ -205,7 +206,7 @@ class AlfWorldPlannerExpert:
         if not plan:
             return None
         action = plan[0]
-        tpl = _rng(self.seed, self.task.task_id, step).choice(ALFWORLD_THINK)
+        tpl = _rng(self.seed, self.task.key, step).choice(ALFWORLD_THINK)
         return tpl.format(task=_task_phrase(result.task), action=action), action
 
 
@@ -242,7 +243,7 @@ class WebShopOracle:
         return " ".join(head.split()[:words]).rstrip(".,;:")
 
     def _think(self, kind: str, step: int, **kw: str) -> str:
-        return _rng(self.seed, self.task.task_id, step).choice(WEBSHOP_THINK[kind]).format(**kw)
+        return _rng(self.seed, self.task.key, step).choice(WEBSHOP_THINK[kind]).format(**kw)
 
     def act(self, env, result: StepResult, step: int) -> Optional[tuple[str, str]]:
         """``(think, action)`` for the current page, or None to give the episode up."""

@@ -65,7 +65,7 @@ class AlfWorldDetourExpert:
         self.plan = walkthrough(task)
         self.k = 0  # next walkthrough command
         self.pending: Optional[str] = None  # a refused take to try at the detour's receptacle
-        self.rng = random.Random(f"serl-expert-detours/{seed}/{task.task_id}")
+        self.rng = random.Random(f"serl-expert-detours/{seed}/{task.key}")
         self.detours = 0
 
     def _think(self, result: StepResult, action: str) -> str:

@@ -16,7 +16,8 @@ an agent that has not seen ``X`` must:
 
 * standing at a receptacle that is closed (``open R`` is admissible there): ``open R``;
 * else ``go to R'`` for a receptacle ``R'`` it has not been at (read off the ``You arrive at R.``
-  observations), drawn uniformly at random (one ``random.Random`` per seed and task);
+  observations), drawn uniformly at random (one ``random.Random`` per seed and
+  ``Task.key``, so the same on every machine);
 * every receptacle visited (the object in a place the search cannot see into): the planner's action.
 
 Every reply trains (weight 1): the search is the behaviour to learn. Once a turn names ``X``,
@@ -59,7 +60,7 @@ class AlfWorldSearchExpert:
 
     def __init__(self, task: Task, seed: int, think: Callable):
         self.task, self.seed, self.think = task, seed, think
-        self.rng = random.Random(f"serl-expert-search/{seed}/{task.task_id}")
+        self.rng = random.Random(f"serl-expert-search/{seed}/{task.key}")
         self.seen: list[str] = []  # every observation and admissible list so far, the first first
         self.searches = 0
 
