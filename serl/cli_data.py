@@ -4,7 +4,7 @@
     serl data download {alfworld,dapo_math17k} [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
                [--num-tasks N] [--seed N] [--shard I/N] [--data-dir DIR] [--min-score X] [--max-steps N]
-               [--expert walkthrough|planner|search] [--detours P]   (alfworld)
+               [--expert walkthrough|planner|search|sweep] [--detours P]   (alfworld)
     serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
                [--num-tasks N] [--seed N] [--data-dir DIR]
     serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen|search] [--seed N]
@@ -136,10 +136,10 @@ def cmd_data_expert(args) -> int:
     from serl.errors import ConfigError
 
     if args.expert is not None and args.env != "alfworld":
-        raise ConfigError(f"--expert is for alfworld (walkthrough, planner or search); {args.env} has one expert")
-    if args.detours and (args.env != "alfworld" or args.expert in ("planner", "search") or not 0.0 < args.detours <= 1.0):
+        raise ConfigError(f"--expert is for alfworld (walkthrough, planner, search or sweep); {args.env} has one expert")
+    if args.detours and (args.env != "alfworld" or args.expert in ("planner", "search", "sweep") or not 0.0 < args.detours <= 1.0):
         raise ConfigError(f"--detours is a probability in (0, 1] for alfworld's walkthrough expert; got "
-                          f"{args.detours} for {args.env}" + (f" --expert {args.expert}" if args.expert in ("planner", "search") else ""))
+                          f"{args.detours} for {args.env}" + (f" --expert {args.expert}" if args.expert in ("planner", "search", "sweep") else ""))
     if args.env == "math":
         return _data_expert_math(args)
     import time
@@ -196,7 +196,7 @@ def cmd_data_expert(args) -> int:
                            min_score=args.min_score, on_episode=on_episode, expert=args.expert,
                            prompt_layout=cfg.env.prompt_layout, turn_actions=cfg.env.turn_actions,
                            detours=args.detours)
-        planner = env.expert_stats.as_dict() if args.expert in ("planner", "search") else None
+        planner = env.expert_stats.as_dict() if args.expert in ("planner", "search", "sweep") else None
     finally:
         env.close()
     wall = time.perf_counter() - t0
@@ -323,11 +323,12 @@ def add_data_parser(sub) -> None:
     ex.add_argument("--min-score", type=float, default=None,
                     help="keep episodes whose final task score (0-1) is at least this (default 1.0: won only; "
                     "not for math)")
-    ex.add_argument("--expert", choices=["walkthrough", "planner", "search"], default=None,
+    ex.add_argument("--expert", choices=["walkthrough", "planner", "search", "sweep"], default=None,
                     help="alfworld only: walkthrough (default) replays each game's stored plan from the initial "
                     "state; planner asks fast-downward for a plan from each state (serl.envs.alfworld_expert); "
                     "search: the planner, but where it would fetch an object no turn has named, it opens "
-                    "the closed receptacle it stands at or goes to one not visited yet (serl.rollout.expert_search)")
+                    "the closed receptacle it stands at or goes to one not visited yet, drawn at random "
+                    "(serl.rollout.expert_search); sweep: the same search, in the order of the first turn's list")
     ex.add_argument("--max-steps", type=int, default=None,
                     help="episode step limit (default: the env's own, ALFWorld 50 / WebShop 15; "
                     "env.max_steps of the RL recipe is not used; not for math)")

@@ -34,6 +34,25 @@ def test_search_step_opens_where_it_stands_else_goes_somewhere_new():
     assert search_step(everywhere, admissible, random.Random(0)) is None
 
 
+def test_search_step_in_list_order_goes_to_the_first_place_not_visited():
+    seen = "You are in the middle of a room.\nYou arrive at drawer 1. The drawer 1 is closed."
+    places = ["drawer 2", "drawer 1", "countertop 1", "cabinet 1"]
+    assert search_step(seen, ADMISSIBLE, random.Random(0), places) == "open drawer 1"  # opening comes first
+    admissible = [a for a in ADMISSIBLE if not a.startswith("open ")]
+    assert {search_step(seen, admissible, random.Random(s), places) for s in range(20)} == {"go to drawer 2"}
+    seen2 = seen + "\nYou arrive at drawer 2. On the drawer 2, you see nothing."
+    assert search_step(seen2, admissible, random.Random(0), places) == "go to countertop 1"  # drawer 1 visited
+    assert search_step(seen2, admissible, random.Random(0), places[::-1]) == "go to cabinet 1"  # the order is the list's
+    assert search_step(seen2 + "\nYou arrive at countertop 1.\nYou arrive at cabinet 1.", admissible,
+                       random.Random(0), places) is None
+    # drawer 2's neighbour has no go to there: opened where the agent stands, then counted as visited
+    beside = ["go to countertop 1", "open drawer 3", "look"]
+    assert search_step(seen2, beside, random.Random(0), ["drawer 3", "countertop 1"]) == "open drawer 3"
+    opened = seen2 + "\nYou open the drawer 3. The drawer 3 is open. In it, you see nothing."
+    assert search_step(opened, ["go to countertop 1", "go to drawer 3"], random.Random(0),
+                       ["drawer 3", "countertop 1"]) == "go to countertop 1"
+
+
 class _FakeEnv:
     def __init__(self, plan):
         self.plan = plan
@@ -66,6 +85,51 @@ def test_act_searches_only_where_the_planner_fetches_an_unseen_object(train_task
     assert expert.act(env, state("You pick up the apple 2.", ADMISSIBLE), 4)[1] == "go to drawer 2"
     env.plan = []
     assert expert.act(env, named, 5) is None  # won
+
+
+def test_sweep_follows_the_first_turns_list_and_says_so(train_tasks):
+    from serl.envs.base import StepResult
+    from serl.rollout.expert_search import AlfWorldSearchExpert
+
+    def state(obs, admissible):
+        return StepResult(observation=obs, reward=0.0, done=False, won=False, admissible_actions=admissible,
+                          task="Your task is to: put some apple on drawer 2.", info={})
+
+    env = _FakeEnv(["go to cabinet 1", "take apple 1 from cabinet 1", "go to drawer 2", "move apple 1 to drawer 2"])
+    first = ["go to drawer 2", "go to countertop 1", "go to cabinet 1", "inventory", "look"]
+    sweeps = [make_expert(train_tasks[0], seed, "sweep") for seed in range(3)]
+    for expert in sweeps:
+        think, action = expert.act(env, state("You are in the middle of a room.", first), 0)
+        assert action == "go to drawer 2"  # the list's first, whatever the seed
+        assert think == "I have not seen an apple yet; drawer 2 is the first place on the list I have not been to."
+    # a later turn's list in another order does not change the sweep's order
+    later = state("You arrive at drawer 2. On the drawer 2, you see nothing.", sorted(first))
+    assert sweeps[0].act(env, later, 1)[1] == "go to countertop 1" and sweeps[0].searches == 2
+    env.plan = ["go to drawer 2", "move apple 1 to drawer 2"]  # not a fetch: the planner's action
+    assert sweeps[0].act(env, later, 2)[1] == "go to drawer 2" and sweeps[0].searches == 2
+    with pytest.raises(ValueError, match="search order"):
+        AlfWorldSearchExpert(train_tasks[0], 0, lambda *a: "", order="prior")
+
+
+def test_sweep_wins_the_shipped_games_going_down_the_list(alf_env, train_tasks, tokenizer):
+    rows, summary = collect_expert(alf_env, train_tasks, tokenizer, history_length=2, max_prompt_length=8000,
+                                   max_steps=50, seed=0, expert="sweep", prompt_layout="conversation",
+                                   turn_actions="state")
+    assert summary.won >= len(train_tasks) - 1 and summary.won == len(rows)
+    swept = 0
+    for row in rows:
+        turns, actions = _turns(row), row["actions"]
+        places = re.findall(r"'go to ([^']+)'", turns[0][0])  # the first turn's admissible list
+        assert places, turns[0][0]
+        sweep = [re.sub(r"^(go to|open) ", "", a) for a, (_, reply) in zip(actions, turns)
+                 if "first place on the list" in reply]
+        # each sweep step went to the first listed place not arrived at before it
+        for place in sweep:
+            assert place in places
+        positions = [places.index(p) for p in sweep]
+        assert positions == sorted(positions), (row["task_id"], sweep)
+        swept += bool(sweep)
+    assert swept >= len(rows) // 2
 
 
 def test_search_draws_do_not_depend_on_where_the_data_lies(train_tasks):
@@ -145,5 +209,5 @@ def test_cli_search_expert(tmp_path, tiny_model_dir, capsys):
 def test_unknown_expert_is_a_clear_error(train_tasks, name):
     from serl.envs.base import EnvError
 
-    with pytest.raises(EnvError, match=r"valid: \[.*'search'\]"):  # listed among the valid experts
+    with pytest.raises(EnvError, match=r"valid: \[.*'search'.*\]"):  # listed among the valid experts
         make_expert(train_tasks[0], 0, name)

@@ -21,7 +21,8 @@ Experts
   episode costs about one search; a state off the plan is searched again.
 * **ALFWorld**, ``expert="search"``: the planner, except where its next action goes to fetch an
   object that no turn has named yet; there it searches (opens the closed receptacle it
-  stands at, else goes to one it has not visited, drawn at random):
+  stands at, else goes to one it has not visited, drawn at random; ``expert="sweep"``: the first
+  on the first turn's list):
   :mod:`serl.rollout.expert_search`.
 * **WebShop**: an oracle built from the episode's goal (WebShop, arXiv 2207.01206). The only
   state it reads beyond the public :class:`~serl.envs.base.StepResult` (instruction, observation,
@@ -422,7 +423,7 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
 
 
 #: the ALFWorld experts of :func:`make_expert`; the first is the default
-ALFWORLD_EXPERTS = ("walkthrough", "planner", "search")
+ALFWORLD_EXPERTS = ("walkthrough", "planner", "search", "sweep")
 
 
 def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: float = 0.0):
@@ -431,7 +432,8 @@ def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: fl
     :class:`~serl.rollout.expert_detours.AlfWorldDetourExpert`, a detour before a ``go to`` with
     that probability), :class:`AlfWorldPlannerExpert` (``"planner"``) or
     :class:`~serl.rollout.expert_search.AlfWorldSearchExpert` (``"search"``: the planner, searching
-    for objects the agent has not seen); for WebShop
+    for objects the agent has not seen in a random order; ``"sweep"``: in the order of the first
+    turn's list); for WebShop
     :class:`WebShopOracle` (``expert`` must be None).
 
     Raises:
@@ -450,10 +452,10 @@ def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: fl
             return AlfWorldExpert(task, seed)
         if expert == "planner":
             return AlfWorldPlannerExpert(task, seed)
-        if expert == "search":
+        if expert in ("search", "sweep"):
             from serl.rollout.expert_search import AlfWorldSearchExpert
 
-            return AlfWorldSearchExpert(task, seed, alfworld_think)
+            return AlfWorldSearchExpert(task, seed, alfworld_think, "random" if expert == "search" else "list")
         raise EnvError(f"no ALFWorld expert {expert!r}; valid: {list(ALFWORLD_EXPERTS)}")
     if task.env_name == "webshop":
         if expert is not None:
@@ -521,8 +523,8 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
         seed: think-template seed.
         min_score: keep threshold on the episode's ``task_score`` in [0, 1] (1.0: won only).
         on_episode: optional callback after each episode (progress bars).
-        expert: which expert (:func:`make_expert`; ALFWorld ``"walkthrough"``, ``"planner"`` or
-            ``"search"``, None = the env's default).
+        expert: which expert (:func:`make_expert`; ALFWorld ``"walkthrough"``, ``"planner"``,
+            ``"search"`` or ``"sweep"``, None = the env's default).
         prompt_layout, turn_actions: as for :func:`play_expert` (``conversation``: one row per
             episode).
         detours: ALFWorld's walkthrough with detours (:func:`make_expert`; 0 = none).

@@ -16,8 +16,12 @@ an agent that has not seen ``X`` must:
 
 * standing at a receptacle that is closed (``open R`` is admissible there): ``open R``;
 * else ``go to R'`` for a receptacle ``R'`` it has not been at (read off the ``You arrive at R.``
-  observations), drawn uniformly at random (one ``random.Random`` per seed and
-  ``Task.key``, so the same on every machine);
+  observations): with ``order="random"`` (``--expert search``) drawn uniformly at random (one
+  ``random.Random`` per seed and ``Task.key``, so the same on every machine); with
+  ``order="list"`` (``--expert sweep``) the first receptacle in the first turn's admissible
+  ``go to`` list that it has neither arrived at nor opened (``open`` it where it stands beside it,
+  closed: drawer 3 beside drawer 2 has no ``go to``), and the reply's reasoning says so (``I have not seen a mug yet; cabinet 3 is
+  the first place on the list I have not been to.``), so the chat determines the target;
 * every receptacle visited (the object in a place the search cannot see into): the planner's action.
 
 Every reply trains (weight 1): the search is the behaviour to learn. Once a turn names ``X``,
@@ -26,10 +30,10 @@ planner's own, so the episode wins unless the step limit ends it first. The sear
 (ALFWorld's ``handcoded`` expert explores too, with ``traj_data.json`` that the train split lacks:
 :mod:`serl.envs.alfworld_expert`); a serl option, not part of any original recipe.
 
-Measured (docs: "ALFWorld", "Episodes that search"): it wins 290 of 300 train games of all six
-types, but one epoch of SFT on those episodes made serl's conversation cold start far worse (3 of
-54 held-out games against 19): a target drawn at random cannot be predicted from the chat, so the
-model learnt to move and take, not to search.
+Measured (docs: "ALFWorld", "Episodes that search"): the random order wins 290 of 300 train games
+of all six types, but one epoch of SFT on those episodes made serl's conversation cold start far
+worse (3 of 54 held-out games against 19): a target drawn at random cannot be predicted from the
+chat, so the model learnt to move and take, not to search. The list order is the answer to that.
 """
 
 from __future__ import annotations
@@ -40,8 +44,11 @@ from typing import Callable, Optional
 
 from serl.envs.base import StepResult, Task
 
+SEARCH_ORDERS = ("random", "list")
+SWEEP_THINK = "I have not seen {article} {kind} yet; {place} is the first place on the list I have not been to."
 _FOUND = re.compile(r"^(?:take (.+) from .+|use (.+))$")
 _ARRIVE = re.compile(r"You arrive at (.+?)\.")
+_OPENED = re.compile(r"You open the (.+?)\.")
 
 
 class AlfWorldSearchExpert:
@@ -49,19 +56,27 @@ class AlfWorldSearchExpert:
 
     Args:
         task: the ALFWorld task.
-        seed: the think templates and the search order (one ``random.Random`` per task and seed).
+        seed: the think templates and the random search order (one ``random.Random`` per
+            ``Task.key`` and seed).
         think: ``think(task_text, action, rng) -> str``, the reply's reasoning
             (:func:`serl.rollout.expert.alfworld_think`).
+        order: ``"random"`` or ``"list"`` (:data:`SEARCH_ORDERS`; see the module docstring).
+
+    Raises:
+        ValueError: ``order`` not in :data:`SEARCH_ORDERS`.
 
     ``act`` calls ``env.expert_plan()``, so the env must be an
     :class:`~serl.envs.alfworld.AlfWorldEnv` in this process. ``searches`` counts the actions the
     search chose instead of the planner, over the episode.
     """
 
-    def __init__(self, task: Task, seed: int, think: Callable):
-        self.task, self.seed, self.think = task, seed, think
+    def __init__(self, task: Task, seed: int, think: Callable, order: str = "random"):
+        if order not in SEARCH_ORDERS:
+            raise ValueError(f"search order must be one of {list(SEARCH_ORDERS)}, got {order!r}")
+        self.task, self.seed, self.think, self.order = task, seed, think, order
         self.rng = random.Random(f"serl-expert-search/{seed}/{task.key}")
         self.seen: list[str] = []  # every observation and admissible list so far, the first first
+        self.places: Optional[list[str]] = None  # the first turn's go-to list (order="list")
         self.searches = 0
 
     def act(self, env, result: StepResult, step: int) -> Optional[tuple[str, str]]:
@@ -71,32 +86,53 @@ class AlfWorldSearchExpert:
             PlannerError: as :meth:`serl.envs.alfworld.AlfWorldEnv.expert_plan`.
         """
         self.seen += [result.observation, "\n".join(result.admissible_actions)]
+        if self.places is None:
+            self.places = [a[len("go to "):] for a in result.admissible_actions if a.startswith("go to ")]
         plan = env.expert_plan()
         if not plan:
             return None
         action, seen = plan[0], "\n".join(self.seen)
         if not label_is_seen(plan, seen):
-            found = search_step(seen, result.admissible_actions, self.rng)
+            places = self.places if self.order == "list" else None
+            found = search_step(seen, result.admissible_actions, self.rng, places)
             if found is not None:
-                action = found
                 self.searches += 1
+                place = found.split(" ", 2)[-1] if found.startswith("go to ") else found[len("open "):]
+                if places is not None and place not in arrived_at(seen)[-1:]:  # not an open where it stands
+                    kind = re.sub(r"\s+\d+$", "", fetched_object(plan))
+                    article = "an" if kind[:1] in "aeiou" else "a"
+                    return SWEEP_THINK.format(article=article, kind=kind, place=place), found
+                action = found
         return self.think(result.task, action, self.rng), action
 
 
-def search_step(seen_text: str, admissible: list[str], rng: random.Random) -> Optional[str]:
+def search_step(seen_text: str, admissible: list[str], rng: random.Random,
+                places: Optional[list[str]] = None) -> Optional[str]:
     """One step of a search: ``open R`` if the agent stands at a closed ``R`` (``open R``
     admissible, ``R`` the last ``You arrive at R.`` in ``seen_text``), else ``go to`` an
     admissible receptacle not arrived at yet, drawn with ``rng`` (sorted first, so a seed draws the
-    same one whatever the list's order); None when every receptacle has been visited.
+    same one whatever the list's order). With ``places`` instead (``rng`` unused): the first of
+    ``places`` neither arrived at nor opened, ``go to`` it, or ``open`` it where it is closed and
+    the agent stands beside it (ALFWorld offers no ``go to`` a receptacle at the agent's place, e.g.
+    drawer 3 beside drawer 2). None when every receptacle has been visited.
 
     Args:
         seen_text: the observations so far, joined.
         admissible: the current state's admissible commands.
         rng: the draw.
+        places: the receptacles in the order to visit them (the first turn's ``go to`` list).
     """
     arrived = arrived_at(seen_text)
     if arrived and f"open {arrived[-1]}" in admissible:
         return f"open {arrived[-1]}"
+    if places is not None:
+        done = set(arrived) | set(_OPENED.findall(seen_text))
+        for p in (p for p in places if p not in done):
+            if f"go to {p}" in admissible:
+                return f"go to {p}"
+            if f"open {p}" in admissible:  # closed, and where the agent stands (no go to it there)
+                return f"open {p}"
+        return None
     todo = sorted(a for a in admissible if a.startswith("go to ") and a[len("go to "):] not in arrived)
     return rng.choice(todo) if todo else None
 
