@@ -58,7 +58,7 @@ import torch.nn.functional as F
 
 from serl.config import Config, to_yaml
 from serl.errors import CheckpointError, ConfigError
-from serl.models.loading import load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
+from serl.models.loading import hf_progress_bars, load_causal_lm, load_tokenizer, pick_device, pick_dtype, resolve_model_path
 from serl.models.lora import apply_lora
 from serl.train.checkpoint import remove_stale_tmp_dirs
 from serl.train.grad_ckpt import GradCheckpointing, prepare_checkpointing
@@ -456,7 +456,8 @@ def export_model(model, tokenizer, run_dir: Path, cfg: Config, provenance: dict[
     model.config.use_cache = True
 
     def write(tmp: Path) -> None:
-        model.save_pretrained(str(tmp))
+        with hf_progress_bars(False):  # transformers 5's "Writing model shards" bar
+            model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         (tmp / "serl_sft.json").write_text(json.dumps(provenance, indent=2) + "\n")
 
