@@ -135,6 +135,11 @@ def test_step_layout_rows_and_the_cap_per_episode():
     assert r["messages"] == [{"role": "user", "content": "prompt 1"}] and r["expert_action"] == "take pen 1 from desk 1"
     assert r["response"].endswith("<action>take pen 1 from desk 1</action>") and "put a pen on shelf" in r["response"]
     assert dagger_rows(t, rows_per_episode=2, keep_won=True) == rows  # lost: nothing more
+    # the draw is the episode's, not its random traj_uid's: the same file gives the same rows
+    other = _hand_traj()
+    other.traj_uid = "another-uuid"
+    picks = [[r["step"] for r in dagger_rows(x, rows_per_episode=2, seed=s)] for s in range(8) for x in (t, other)]
+    assert picks[0::2] == picks[1::2] and {p[1] for p in picks} == {2, 4}
     summary = DaggerSummary()
     summary.add(t, rows)
     assert (summary.labelled, summary.right, summary.wrong, summary.rows["dagger"]) == (5, 2, 3, 2)

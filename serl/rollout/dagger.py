@@ -26,7 +26,7 @@ Rows, by the step's ``prompt_format``:
 
 Which states: those whose action is wrong (:func:`step_labels` False) and whose plan is known, at
 most ``rows_per_episode`` per episode: the first mistake always, the others drawn at random (seeded
-per trajectory). A right step is already what the policy does.
+by ``seed``, the game and the episode's actions, so a trajectories file gives the same rows). A right step is already what the policy does.
 
 Departure (``labels="seen"``, a serl option; DAgger and BUTLER label every state): the planner
 sees the whole game, so at a state where the agent has not yet found the object it needs, the
@@ -231,7 +231,8 @@ def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0, k
     plans = state_plans(traj)
     wrong = labelled_states(traj, labels)
     if wrong and rows_per_episode:
-        rng = random.Random(f"serl-dagger/{seed}/{traj.traj_uid}")
+        # seeded by what the episode is, not its random traj_uid: the same file gives the same rows
+        rng = random.Random(f"serl-dagger/{seed}/{traj.task.key}/{'|'.join(s.action for s in traj.steps)}")
         picked = sorted([wrong[0]] + rng.sample(wrong[1:], min(len(wrong) - 1, rows_per_episode - 1)))
         for t in picked:
             action, s, label = plans[t][0], traj.steps[t], "planner"
