@@ -154,7 +154,8 @@ def row_flops(cfg, prompt_len: int, reply_len: int) -> dict[str, float]:
 def flops_part(tok, model_config, episodes: list[dict], lengths: list[int]) -> dict:
     """Forward FLOPs per episode of each layout on the scripted episodes cut to ``T`` steps (those
     that last at least ``T``), and the ratio conversation / step: what the update's compute would be
-    if every FLOP cost the same, so the floor of the measured seconds ratio."""
+    if every FLOP cost the same, so the floor of the measured seconds ratio; and that ratio with no
+    attention FLOPs in either layout, the floor that even free attention would leave."""
     out = {}
     for T in lengths:
         eps = [dict(e, steps=e["steps"][:T]) for e in episodes if len(e["steps"]) >= T]
@@ -177,7 +178,10 @@ def flops_part(tok, model_config, episodes: list[dict], lengths: list[int]) -> d
             row[name] = {k: v / len(eps) / 1e9 for k, v in total.items()}
             row[name]["total"] = sum(row[name].values())
         for ta in TURN_ACTIONS:
-            row[f"ratio/{ta}"] = row[f"conversation/{ta}"]["total"] / row["step"]["total"]
+            conv, step = row[f"conversation/{ta}"], row["step"]
+            row[f"ratio/{ta}"] = conv["total"] / step["total"]
+            # the floor if attention cost nothing in either layout (a kernel no CPU or GPU has)
+            row[f"ratio_no_attention/{ta}"] = (conv["total"] - conv["attention"]) / (step["total"] - step["attention"])
         out[str(T)] = row
     return out
 
@@ -312,7 +316,8 @@ def main(argv=None) -> None:
         for T, row in results["flops"].items():
             print(f"T={T} ({row['episodes']} episodes): step {row['step']['total']:.0f} GFLOP/episode; "
                   + ", ".join(f"conversation/{ta} {row[f'conversation/{ta}']['total']:.0f} "
-                              f"(attention {row[f'conversation/{ta}']['attention']:.0f}) = {row[f'ratio/{ta}']:.2f}x"
+                              f"(attention {row[f'conversation/{ta}']['attention']:.0f}) = {row[f'ratio/{ta}']:.2f}x, "
+                              f"{row[f'ratio_no_attention/{ta}']:.2f}x without attention"
                               for ta in TURN_ACTIONS), flush=True)
     if parts & {"update", "rollout"}:
         from serl.train.trainer import Trainer

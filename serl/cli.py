@@ -435,13 +435,18 @@ def _on_sigterm(signum, frame) -> None:
     raise Terminated()
 
 
-def _stop_hint(cmd: str) -> str:
+def _stop_hint(args) -> str:
     """What a stopped command leaves: ``train`` and ``sft`` a resumable checkpoint, ``eval`` its
-    journal of finished chunks, the others nothing to resume."""
+    journal of finished chunks, ALFWorld's and WebShop's ``data expert`` its journal of finished
+    episodes (``--out`` + ``.partial``), the others nothing to resume."""
+    cmd = args.cmd
     if cmd in ("train", "sft"):
         return "; the last checkpoint is intact (resume with --resume RUN_DIR)"
     if cmd == "eval":
         return "; serl eval kept its finished chunks: the same command again goes on from them"
+    if cmd == "data" and getattr(args, "data_cmd", None) == "expert" and getattr(args, "env", None) != "math":
+        return (f"; serl data expert kept its finished episodes in {args.out}.partial: "
+                "the same command again goes on from them")
     return f"; serl {cmd} has nothing to resume: run it again"
 
 
@@ -461,10 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serl: error: {e}", file=sys.stderr)
         return 2
     except Terminated:
-        print(f"serl: terminated (SIGTERM); env workers stopped{_stop_hint(args.cmd)}", file=sys.stderr)
+        print(f"serl: terminated (SIGTERM); env workers stopped{_stop_hint(args)}", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
-        print(f"serl: interrupted{_stop_hint(args.cmd)}", file=sys.stderr)
+        print(f"serl: interrupted{_stop_hint(args)}", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -85,6 +85,13 @@ def test_a_stopped_command_without_checkpoints_does_not_point_at_resume(monkeypa
     assert cli.main(["eval"]) == 143
     err = capsys.readouterr().err
     assert "the same command again goes on from them" in err and "--resume" not in err
+    import serl.cli_data as cli_data  # serl data expert journals each finished episode (not math's)
+
+    monkeypatch.setattr(cli_data, "cmd_data_expert", stopped)
+    assert cli.main(["data", "expert", "alfworld", "--out", "x.jsonl"]) == 143
+    assert "kept its finished episodes in x.jsonl.partial" in capsys.readouterr().err
+    assert cli.main(["data", "expert", "math", "--out", "x.jsonl"]) == 143
+    assert "serl data has nothing to resume" in capsys.readouterr().err
     monkeypatch.setattr(cli, "cmd_sft", stopped)
     assert cli.main(["sft"]) == 143
     assert "resume with --resume RUN_DIR" in capsys.readouterr().err
