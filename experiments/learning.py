@@ -212,6 +212,7 @@ class Experiment:
         if self.a.env == "math":
             return self.expert_math(out)
         keep = ["--min-score", str(self.a.expert_min_score)] if self.a.env == "webshop" else []
+        keep += ["--expert", self.a.expert] if self.a.expert else []
         self.timed("expert", lambda: self.serl(
             "data", "expert", self.a.env, *self.common(), "--split", "train", "--num-tasks", str(self.a.expert_tasks),
             "--seed", str(self.a.expert_seed), *keep, "--out", str(out)))

@@ -169,6 +169,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--expert-file", help="expert rows made beforehand (`serl data expert --out`, e.g. in shards on "
                    "another machine): copied to the work folder's expert.jsonl, the SFT's data, instead of running "
                    "the expert phase")
+    p.add_argument("--expert", choices=["walkthrough", "planner", "search", "sweep"],
+                   help="alfworld: which expert plays the expert phase's games (`serl data expert --expert`); "
+                        "default the walkthroughs")
     p.add_argument("--expert-seed", type=int, default=0)
     p.add_argument("--expert-min-score", type=float, default=1.0,
                    help="webshop: keep oracle episodes whose score is at least this (1.0 = won)")
@@ -292,6 +295,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--dagger-rounds is for --env alfworld (its planner labels the states)")
     if a.dagger_data and not Path(a.dagger_data).is_file():
         p.error(f"--dagger-data {a.dagger_data}: no such file")
+    if a.expert and (a.env != "alfworld" or a.expert_file or a.sft_model):
+        p.error("--expert is for --env alfworld's expert phase (not with --expert-file or --sft-model)")
     if a.expert_file and a.sft_model:
         p.error("--expert-file and --sft-model exclude each other (--sft-model skips the expert and SFT phases)")
     return a

@@ -389,3 +389,30 @@ def test_dagger_leg_plays_labels_fine_tunes_and_compares_without_rl(tmp_path, mo
     got = {(Path(c[-1]).parent.name, Path(c[-1]).name) for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}
     assert got == {(p, f"it000_{s}") for p in ("sft", "dagger1") for s in ("valid_seen", "valid_unseen")}
     assert all("--greedy" in c and c[c.index("--num-tasks") + 1] == "-1" for c in fake.calls if "/eval/" in c[-1])
+
+
+def test_search_cold_start_leg_makes_the_experts_episodes_and_pairs_the_panels(tmp_path, monkeypatch):
+    """experiments/legs/alfworld_search_coldstart.args with --expert sweep: the expert phase plays 300
+    train games with that expert, the SFT starts from the recipe's model (the conversation cold
+    start) with the leg's settings, and the SFT model and that start (--base-eval) play every
+    valid_unseen game greedily; --expert is refused with --expert-file and outside ALFWorld."""
+    import learning_report
+
+    monkeypatch.setattr(learning_report, "write_report", lambda *a, **k: None)
+    leg = f"@{REPO_ROOT / 'experiments' / 'legs' / 'alfworld_search_coldstart.args'}"
+    fake = FakeSerl()
+    run_experiment(parse_args([leg, "--expert", "sweep", "--workdir", str(tmp_path / "w"), "--data-dir", "DATA"]),
+                   fake, monkeypatch)
+    assert [c[0] for c in fake.calls if c[0] != "eval"] == ["data", "sft"]
+    data = fake.calls[0]
+    assert data[:3] == ["data", "expert", "alfworld"] and "recipe=cpu_conversation" in data
+    assert [data[data.index(f) + 1] for f in ("--expert", "--num-tasks", "--seed", "--split")] == ["sweep", "300", "7", "train"]
+    (sft,) = [c for c in fake.calls if c[0] == "sft"]
+    assert "model.lora.r=8" in sft and "sft.micro_batch_size=1" in sft and not any(x.startswith("model.path=") for x in sft)
+    got = {Path(c[-1]).parent.name for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}
+    assert got == {"sft", "base"} and all("--greedy" in c for c in fake.calls if c[0] == "eval")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("{}\n")
+    for bad in ([leg, "--expert", "sweep", "--expert-file", str(rows)], ["--env", "math", "--expert", "sweep"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
