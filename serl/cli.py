@@ -440,7 +440,9 @@ def _stop_hint(args) -> str:
     journal of finished chunks, ALFWorld's and WebShop's ``data expert`` its journal of finished
     episodes (``--out`` + ``.partial``), the others nothing to resume."""
     cmd = args.cmd
-    if cmd in ("train", "sft"):
+    if cmd == "sft":  # the SFT loop saved its last finished step, or said why not, just above
+        return "; resume with --resume RUN_DIR from the checkpoint named above"
+    if cmd == "train":
         return "; the last checkpoint is intact (resume with --resume RUN_DIR)"
     if cmd == "eval":
         return "; serl eval kept its finished chunks: the same command again goes on from them"

@@ -154,6 +154,44 @@ def test_resume_is_bit_identical(tiny_model_dir, tmp_path, rows_file):
     assert main(["sft", "--resume", str(tmp_path / "b" / "run")]) == 0
 
 
+def test_a_stopped_run_saves_its_last_finished_step(tiny_model_dir, tmp_path, rows_file, capsys):
+    """Ctrl-C or SIGTERM in step 3 of a run that saves only at the end (sft.save_freq=0): step 2 is
+    saved, and --resume finishes bit-identically to a run never stopped. Stopped again before a new
+    step ends, nothing more is written and it says which checkpoint stands."""
+    from serl.cli import Terminated
+
+    extra = ["sft.max_steps=4", "sft.batch_size=4", "sft.micro_batch_size=2", "sft.save_freq=0", "sft.lr=1e-2",
+             "model.lora.r=4", "trainer.progress=false"]
+    SFTTrainer(_cfg(tiny_model_dir, tmp_path / "a", rows_file, *extra)).train()
+    tr = SFTTrainer(_cfg(tiny_model_dir, tmp_path / "b", rows_file, *extra))
+    step, calls = tr.train_step, []
+
+    def stopping():
+        calls.append(1)
+        if len(calls) == 3:
+            raise Terminated()
+        return step()
+
+    tr.train_step = stopping
+    with pytest.raises(Terminated):
+        tr.train()
+    run = tmp_path / "b" / "run"
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000002"]
+    assert "step 2 saved to" in capsys.readouterr().err
+    from serl.configure import load_run_config
+
+    tr2 = SFTTrainer(load_run_config(run, []), run_dir=run, resume=True)
+    tr2.train_step = lambda: (_ for _ in ()).throw(KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        tr2.train()
+    assert "the last checkpoint of step 2 stands" in capsys.readouterr().err
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_0000002"]
+    assert main(["sft", "--resume", str(run)]) == 0
+    a = load_file(str(tmp_path / "a" / "run" / "model" / "model.safetensors"))
+    b = load_file(str(run / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_resume_refuses_changed_data(tiny_model_dir, tmp_path, rows_file):
     tr = SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, "sft.max_steps=3", "sft.batch_size=3"))
     tr.train_step()

@@ -25,8 +25,8 @@ moves it aside; the folder is locked while the run lives) follow ``serl train``.
 1-based optimizer step).
 
 Checkpoints ``<run>/checkpoints/step_<N>/`` (trainable weights, optimizer, step, data checksum,
-RNG states) are written atomically every ``sft.save_freq`` steps and at the end; ``--resume RUN``
-continues bit-identically (the row order is a pure function of ``sft.seed`` and the epoch).
+RNG states) are written atomically every ``sft.save_freq`` steps, at the end, and when the run is
+stopped (Ctrl-C, SIGTERM) after a step it has not saved; ``--resume RUN`` continues bit-identically (the row order is a pure function of ``sft.seed`` and the epoch).
 
 Output: ``<run>/model/`` is a complete Hugging Face model folder (config, safetensors in float32,
 tokenizer, chat template), with LoRA **merged into the base weights**, so ``serl train
@@ -307,6 +307,7 @@ class SFTTrainer:
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
                                            lr=self.lr, weight_decay=cfg.sft.weight_decay)
         self.step = 0
+        self._updating = False
         self.total_steps = total_steps(len(self.examples), cfg.sft)
         if not resume:  # every start-up check passed: now the folder may exist
             self._run_lock = create_run_dir(self.run_dir, cfg.trainer.overwrite)
@@ -369,9 +370,11 @@ class SFTTrainer:
             loss_sum += loss.item()
         params = [p for p in self.model.parameters() if p.requires_grad]
         gnorm = torch.nn.utils.clip_grad_norm_(params, sft.max_grad_norm or float("inf"))
+        self._updating = True  # weights and step disagree until the step is counted
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
+        self._updating = False
         dt = max(time.time() - t0, 1e-9)
         n_tok = sum(self.examples[i].num_tokens for i in rows)
         return {"sft/loss": loss_sum, "sft/lr": lr, "sft/grad_norm": float(gnorm), "sft/epoch": float(epoch),
@@ -403,6 +406,7 @@ class SFTTrainer:
 
         sft, last = self.cfg.sft, {}
         secs = tokens = rows = 0.0
+        saved = self.step
         try:
             with tqdm(total=self.total_steps, initial=self.step, desc="serl sft", unit="step",
                       disable=not self.cfg.trainer.progress, file=sys.stderr, dynamic_ncols=True) as bar:
@@ -418,15 +422,32 @@ class SFTTrainer:
                         self.logger.log(self.step, last)
                     if done or (sft.save_freq and self.step % sft.save_freq == 0):
                         self.save()
+                        saved = self.step
                     bar.update(1)
                     bar.set_postfix_str(f"loss {last['sft/loss']:.3f}, {last['perf/tokens_per_s']:.0f} tok/s")
             self.export_model()
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (serl's handler raises a subclass)
+            self._save_on_stop(saved)
+            raise
         finally:
             self.logger.close()
             self.release_run_dir()
         if secs > 0:
             last = {**last, "perf/mean_tokens_per_s": tokens / secs, "perf/mean_rows_per_min": 60.0 * rows / secs}
         return last
+
+    def _save_on_stop(self, saved: int) -> None:
+        """A stopped run keeps its finished steps: a checkpoint of the last one, unless it is
+        already saved or the stop came inside the optimizer's update (weights half-written: the
+        last checkpoint stands). What was done of the step under way is lost."""
+        if self._updating or self.step == saved:
+            why = "inside an optimizer update" if self._updating else f"at step {self.step}"
+            kept = f"checkpoint of step {saved} stands" if saved else "no checkpoint: nothing to resume"
+            print(f"serl sft: stopped {why}; the last {kept}" if saved else f"serl sft: stopped {why}; {kept}",
+                  file=sys.stderr, flush=True)
+            return
+        path = self.save()
+        print(f"serl sft: stopped; step {self.step} saved to {path}", file=sys.stderr, flush=True)
 
     def export_model(self) -> Path:
         """Write ``<run>/model`` (full HF folder, LoRA merged, float32) and, with LoRA and
