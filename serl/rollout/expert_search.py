@@ -33,7 +33,8 @@ planner's own, so the episode wins unless the step limit ends it first. The sear
 Measured (docs: "ALFWorld", "Episodes that search"): the random order wins 290 of 300 train games
 of all six types, but one epoch of SFT on those episodes made serl's conversation cold start far
 worse (3 of 54 held-out games against 19): a target drawn at random cannot be predicted from the
-chat, so the model learnt to move and take, not to search. The list order is the answer to that.
+chat, so the model learnt to move and take, not to search. The list order is built for that (a
+target the chat determines); what its episodes do to a cold start is not measured yet.
 """
 
 from __future__ import annotations
