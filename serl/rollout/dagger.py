@@ -26,7 +26,8 @@ Rows, by the step's ``prompt_format``:
 
 Which states: those whose action is wrong (:func:`step_labels` False) and whose plan is known, at
 most ``rows_per_episode`` per episode: the first mistake always, the others drawn at random (seeded
-by ``seed``, the game and the episode's actions, so a trajectories file gives the same rows). A right step is already what the policy does.
+by ``seed``, the game and the episode's actions, so a trajectories file gives the same rows). A
+right step is already what the policy does.
 
 Departure (``labels="seen"``, a serl option; DAgger and BUTLER label every state): the planner
 sees the whole game, so at a state where the agent has not yet found the object it needs, the

@@ -20,8 +20,9 @@ an agent that has not seen ``X`` must:
   ``random.Random`` per seed and ``Task.key``, so the same on every machine); with
   ``order="list"`` (``--expert sweep``) the first receptacle in the first turn's admissible
   ``go to`` list that it has neither arrived at nor opened (``open`` it where it stands beside it,
-  closed: drawer 3 beside drawer 2 has no ``go to``), and the reply's reasoning says so (``I have not seen a mug yet; cabinet 3 is
-  the first place on the list I have not been to.``), so the chat determines the target;
+  closed: drawer 3 beside drawer 2 has no ``go to``), and the reply's reasoning says so (``I have
+  not seen a mug yet; cabinet 3 is the first place on the list I have not been to.``), so the chat
+  determines the target;
 * every receptacle visited (the object in a place the search cannot see into): the planner's action.
 
 Every reply trains (weight 1): the search is the behaviour to learn. Once a turn names ``X``,

@@ -26,7 +26,8 @@ moves it aside; the folder is locked while the run lives) follow ``serl train``.
 
 Checkpoints ``<run>/checkpoints/step_<N>/`` (trainable weights, optimizer, step, data checksum,
 RNG states) are written atomically every ``sft.save_freq`` steps, at the end, and when the run is
-stopped (Ctrl-C, SIGTERM) after a step it has not saved; ``--resume RUN`` continues bit-identically (the row order is a pure function of ``sft.seed`` and the epoch).
+stopped (Ctrl-C, SIGTERM) after a step it has not saved; ``--resume RUN`` continues
+bit-identically (the row order is a pure function of ``sft.seed`` and the epoch).
 
 Output: ``<run>/model/`` is a complete Hugging Face model folder (config, safetensors in float32,
 tokenizer, chat template), with LoRA **merged into the base weights**, so ``serl train
