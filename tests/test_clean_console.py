@@ -116,3 +116,18 @@ def test_train_sft_eval_report_print_no_warning(tiny_model_dir, tmp_path, capfd)
                                          ("[transformers] WARNING: something", 1)])
 def test_the_stderr_check_finds_warning_lines(stderr, bad):
     assert len(_warning_lines(stderr)) == bad
+
+
+def test_the_gguf_loaders_own_bar_is_off_inside_the_block(capfd):
+    """transformers' GGUF loader draws a plain tqdm bar at a first run's conversion (not one of
+    transformers' logging bars); serl.models.loading.gguf_progress_bar_off turns it off, then back."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    from serl.models.loading import gguf_progress_bar_off
+
+    capfd.readouterr()
+    with gguf_progress_bar_off():
+        list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "Converting" not in capfd.readouterr().err
+    list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "Converting" in capfd.readouterr().err  # restored

@@ -142,6 +142,26 @@ def hf_progress_bars(enabled: bool):
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
+@contextlib.contextmanager
+def gguf_progress_bar_off():
+    """Inside the block, transformers' GGUF loader draws no "Converting and de-quantizing GGUF
+    tensors" bar: it calls ``tqdm`` directly (``transformers.modeling_gguf_pytorch_utils.tqdm``),
+    which :func:`hf_progress_bars` does not reach, so that name is a disabled ``tqdm`` meanwhile."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None:  # another transformers layout: nothing to turn off
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
+
+
 def convert_gguf(gguf: Path, name: str) -> Path:
     """Dequantise a GGUF once into ``<cache>/models/<name>-<sha12>/`` (safetensors + tokenizer).
 
@@ -154,7 +174,8 @@ def convert_gguf(gguf: Path, name: str) -> Path:
         log.info("converting %s (once)", gguf)
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            with gguf_progress_bar_off():
+                model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         except Exception:
             check_torchvision()  # the usual cause of a failing model import: a clearer error
             raise
