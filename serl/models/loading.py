@@ -142,24 +142,18 @@ def hf_progress_bars(enabled: bool):
         (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
-@contextlib.contextmanager
 def gguf_progress_bar_off():
-    """Inside the block, transformers' GGUF loader draws no "Converting and de-quantizing GGUF
+    """A context in which transformers' GGUF loader draws no "Converting and de-quantizing GGUF
     tensors" bar: it calls ``tqdm`` directly (``transformers.modeling_gguf_pytorch_utils.tqdm``),
-    which :func:`hf_progress_bars` does not reach, so that name is a disabled ``tqdm`` meanwhile."""
+    out of :func:`hf_progress_bars`' reach, so that name is a disabled ``tqdm`` meanwhile."""
     import functools
+    from unittest import mock
 
+    from tqdm.auto import tqdm
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 
-    bar = getattr(gguf_utils, "tqdm", None)
-    if bar is None:  # another transformers layout: nothing to turn off
-        yield
-        return
-    gguf_utils.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = bar
+    # create=True: a transformers without that name loads as before
+    return mock.patch.object(gguf_utils, "tqdm", functools.partial(tqdm, disable=True), create=True)
 
 
 def convert_gguf(gguf: Path, name: str) -> Path:
