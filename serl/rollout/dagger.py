@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from serl.rollout.expert import ALFWORLD_THINK, _rng, _task_phrase, format_response
-from serl.rollout.expert_search import arrived_at, fetched_object, label_is_seen
+from serl.rollout.expert_search import arrived_at, fetched_object, label_is_seen, object_type  # noqa: F401
 from serl.trajectory import Trajectory
 
 #: the ``source`` of a row: a state the expert labelled, or a won episode kept whole
@@ -92,11 +92,6 @@ def state_plans(traj: Trajectory) -> list[Optional[list[str]]]:
     """The planner's plan from the state each step was taken in (None where none was recorded)."""
     plans = [traj.extra.get("expert_plan0")] + [s.info.get("expert_plan") for s in traj.steps[:-1]]
     return [list(p) if p else None for p in plans]
-
-
-def object_type(name: str) -> str:
-    """An ALFWorld instance name's type: ``"apple 1"`` -> ``"apple"``."""
-    return re.sub(r"\s+\d+$", "", name)
 
 
 def receptacle_prior(trajs: list[Trajectory]) -> dict[str, Counter]:

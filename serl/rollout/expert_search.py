@@ -101,7 +101,7 @@ class AlfWorldSearchExpert:
                 self.searches += 1
                 place = found.split(" ", 2)[-1] if found.startswith("go to ") else found[len("open "):]
                 if places is not None and place not in arrived_at(seen)[-1:]:  # not an open where it stands
-                    kind = re.sub(r"\s+\d+$", "", fetched_object(plan))
+                    kind = object_type(fetched_object(plan))
                     article = "an" if kind[:1] in "aeiou" else "a"
                     return SWEEP_THINK.format(article=article, kind=kind, place=place), found
                 action = found
@@ -168,6 +168,11 @@ def label_is_seen(plan: list[str], seen_text: str) -> bool:
     """
     obj = fetched_object(plan)
     return obj is None or re.search(rf"(?<![\w]){re.escape(obj)}(?!\d)", seen_text) is not None
+
+
+def object_type(name: str) -> str:
+    """An ALFWorld instance name's type: ``"apple 1"`` -> ``"apple"``."""
+    return re.sub(r"\s+\d+$", "", name)
 
 
 def arrived_at(seen_text: str) -> list[str]:
