@@ -166,11 +166,11 @@ def test_a_stopped_run_saves_its_last_finished_step(tiny_model_dir, tmp_path, ro
     tr = SFTTrainer(_cfg(tiny_model_dir, tmp_path / "b", rows_file, *extra))
     step, calls = tr.train_step, []
 
-    def stopping():
+    def stopping(**kw):
         calls.append(1)
         if len(calls) == 3:
             raise Terminated()
-        return step()
+        return step(**kw)
 
     tr.train_step = stopping
     with pytest.raises(Terminated):
@@ -181,7 +181,7 @@ def test_a_stopped_run_saves_its_last_finished_step(tiny_model_dir, tmp_path, ro
     from serl.configure import load_run_config
 
     tr2 = SFTTrainer(load_run_config(run, []), run_dir=run, resume=True)
-    tr2.train_step = lambda: (_ for _ in ()).throw(KeyboardInterrupt())
+    tr2.train_step = lambda **kw: (_ for _ in ()).throw(KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         tr2.train()
     assert "the last checkpoint of step 2 stands" in capsys.readouterr().err
@@ -190,6 +190,33 @@ def test_a_stopped_run_saves_its_last_finished_step(tiny_model_dir, tmp_path, ro
     a = load_file(str(tmp_path / "a" / "run" / "model" / "model.safetensors"))
     b = load_file(str(run / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_progress_moves_inside_a_step(tiny_model_dir, tmp_path, rows_file):
+    """A step of several micro-batches reports each one's rows (the bar's ``row k/n`` postfix), and
+    the postfix shows them beside the last step's loss."""
+    from serl.train.sft import _RowsPostfix
+
+    tr = SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, "sft.batch_size=5", "sft.micro_batch_size=2"))
+    seen = []
+    tr.train_step(on_rows=lambda done, total: seen.append((done, total)))
+    assert seen == [(2, 5), (4, 5), (5, 5)]
+
+    class Bar:
+        postfix, drawn = "", 0
+
+        def set_postfix_str(self, s, refresh=True):
+            self.postfix = s
+
+        def refresh(self):
+            self.drawn += 1
+
+    bar = Bar()
+    shown = _RowsPostfix(bar, every_s=3600.0)
+    shown(2, 5)
+    shown.last = "loss 1.234, 50 tok/s"
+    shown(4, 5)
+    assert bar.postfix == "row 4/5, loss 1.234, 50 tok/s" and bar.drawn == 1  # redrawn once an hour here
 
 
 def test_resume_refuses_changed_data(tiny_model_dir, tmp_path, rows_file):

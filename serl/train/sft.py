@@ -51,7 +51,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -350,8 +350,13 @@ class SFTTrainer:
         m = self.cfg.sft.micro_batch_size
         return [exs[k: k + m] for k in range(0, len(exs), m)]
 
-    def train_step(self) -> dict[str, float]:
-        """One optimizer step on the next ``sft.batch_size`` rows; returns its metrics."""
+    def train_step(self, on_rows: Optional[Callable[[int, int], None]] = None) -> dict[str, float]:
+        """One optimizer step on the next ``sft.batch_size`` rows; returns its metrics.
+
+        Args:
+            on_rows: called after each micro-batch's backward with (rows done, rows in the step),
+                e.g. to move a progress bar inside a long step.
+        """
         sft = self.cfg.sft
         t0 = time.time()
         epoch, rows = step_rows(len(self.examples), sft.batch_size, sft.seed, self.step)
@@ -359,7 +364,7 @@ class SFTTrainer:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         n_reply = sum(self.examples[i].num_loss_tokens for i in rows)
-        loss_sum = 0.0
+        loss_sum, done = 0.0, 0
         self.grad_ckpt.begin()
         for mb in self._micro_batches(rows):
             R = max(len(e.target_ids) for e in mb)  # logits on the last R+1 positions of every row
@@ -369,6 +374,9 @@ class SFTTrainer:
             loss = nll.sum() / n_reply  # token-mean over the whole optimizer batch
             loss.backward()
             loss_sum += loss.item()
+            done += len(mb)
+            if on_rows is not None:
+                on_rows(done, len(rows))
         params = [p for p in self.model.parameters() if p.requires_grad]
         gnorm = torch.nn.utils.clip_grad_norm_(params, sft.max_grad_norm or float("inf"))
         self._updating = True  # weights and step disagree until the step is counted
@@ -411,8 +419,9 @@ class SFTTrainer:
         try:
             with tqdm(total=self.total_steps, initial=self.step, desc="serl sft", unit="step",
                       disable=not self.cfg.trainer.progress, file=sys.stderr, dynamic_ncols=True) as bar:
+                rows_shown = _RowsPostfix(bar)
                 while self.step < self.total_steps:
-                    last = self.train_step()
+                    last = self.train_step(on_rows=rows_shown)
                     secs += last["perf/step_s"]
                     tokens += last["perf/tokens_per_s"] * last["perf/step_s"]
                     rows += last["perf/rows_per_min"] * last["perf/step_s"] / 60.0
@@ -424,8 +433,9 @@ class SFTTrainer:
                     if done or (sft.save_freq and self.step % sft.save_freq == 0):
                         self.save()
                         saved = self.step
+                    rows_shown.last = f"loss {last['sft/loss']:.3f}, {last['perf/tokens_per_s']:.0f} tok/s"
                     bar.update(1)
-                    bar.set_postfix_str(f"loss {last['sft/loss']:.3f}, {last['perf/tokens_per_s']:.0f} tok/s")
+                    bar.set_postfix_str(rows_shown.last)
             self.export_model()
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (serl's handler raises a subclass)
             self._save_on_stop(saved)
@@ -462,6 +472,20 @@ class SFTTrainer:
                 "data_sha256": self.data_sha256, "num_rows": len(self.examples), "optimizer_steps": self.step,
                 "lora": {"r": c.model.lora.r, "alpha": c.model.lora.alpha,
                          "target_modules": list(c.model.lora.target_modules)} if c.model.lora.r else None}
+
+
+class _RowsPostfix:
+    """A progress bar's postfix inside a step: ``row 5/16`` beside the last step's loss and speed,
+    redrawn at most once a second (a CPU step of long rows can take many minutes)."""
+
+    def __init__(self, bar, every_s: float = 1.0):
+        self.bar, self.every_s, self.last, self._drawn = bar, every_s, "", 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar.set_postfix_str(", ".join(s for s in (f"row {done}/{total}", self.last) if s), refresh=False)
+        if time.monotonic() - self._drawn >= self.every_s:
+            self.bar.refresh()
+            self._drawn = time.monotonic()
 
 
 def export_model(model, tokenizer, run_dir: Path, cfg: Config, provenance: dict[str, Any]) -> Path:
