@@ -155,6 +155,14 @@ def _eval_num_tasks(flag: int | None, configured: int) -> int:
     return n
 
 
+def _eval_sequences(cfg, num_tasks: int, greedy: bool) -> int:
+    """The most sequences one of ``serl eval``'s ``generate`` calls carries (its engine's KV cache
+    is sized to hold them): a chunk of :func:`serl.train.evaluate.evaluate_policy`, at most
+    ``rollout.micro_batch_size``, fewer when the evaluation has fewer tasks × samples."""
+    per_task = 1 if greedy else cfg.rollout.val_n
+    return cfg.rollout.micro_batch_size if num_tasks < 1 else min(cfg.rollout.micro_batch_size, num_tasks * per_task)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from serl.config import DEFAULT_RECIPE
     from serl.configure import load_config, load_run_config
@@ -192,7 +200,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     engine, engine_name = make_engine(
         cfg.rollout.engine, model, tok, cfg.rollout.micro_batch_size, device,
         **engine_options(cfg.rollout, path, dtype, device, cfg.data.max_prompt_length + cfg.data.max_response_length,
-                         args.seed))
+                         args.seed, _eval_sequences(cfg, n, args.greedy)))
     print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {device})", file=sys.stderr)
     tasks_file = Path(args.out) if args.out and args.out.endswith(".jsonl") else None
     out = Path(args.out) if args.out and tasks_file is None else \
@@ -294,14 +302,16 @@ def eval_journal(out: Path, cfg, split: str, num_tasks: int, mode: str, model: s
     """``serl eval``'s journal ``OUT/trajectories.jsonl.partial`` (:class:`serl.utils.Journal`): the
     trajectories of each finished chunk, so that the same command, stopped and run again, goes on
     from them. Its header is what decides the episodes: the split, task count, decoding, model,
-    engine and the config but ``trainer.*`` and ``env.num_workers``; a rerun with another is refused
-    (:class:`~serl.errors.ConfigError`)."""
+    engine and the config but ``trainer.*``, ``env.num_workers`` and
+    ``rollout.gpu_memory_utilization`` (the engine's memory, e.g. a KV cache grown after a slow
+    first try); a rerun with another is refused (:class:`~serl.errors.ConfigError`)."""
     from serl.config.recipes import config_to_dict
     from serl.utils import Journal
 
     conf = config_to_dict(cfg)
     conf.pop("trainer", None)
     conf.get("env", {}).pop("num_workers", None)
+    conf.get("rollout", {}).pop("gpu_memory_utilization", None)
     header = {"split": split, "num_tasks": num_tasks, "mode": mode, "model": model, "engine": engine, "config": conf}
     if shard[1] > 1:  # (absent for the whole split, so journals written before --shard still resume)
         header["shard"] = list(shard)

@@ -170,7 +170,8 @@ def test_eval_stopped_after_a_chunk_goes_on_from_its_journal(tiny_model_dir, tmp
     # another config is refused, not mixed in
     assert main(["eval", *overrides, "env.max_steps=3", *argv[len(overrides) + 1:], "--out", str(out)]) == 2
     assert "other arguments" in capsys.readouterr().err
-    assert main(["eval", *argv, "--out", str(out)]) == 0
+    # the engine's memory cannot change the episodes: a rerun with more of it goes on
+    assert main(["eval", "rollout.gpu_memory_utilization=0.3", *argv, "--out", str(out)]) == 0
     assert "resuming" in capsys.readouterr().err and not journal.exists()
 
     def episodes(d):
@@ -216,8 +217,20 @@ def test_eval_builds_the_trainers_rollout_engine(tiny_model_dir, tmp_path, capsy
     [(name, mbs, device, options)] = calls
     assert (name, mbs, device) == ("hf", 2, "cpu")
     assert options["seed"] == 3 and options["max_model_len"] == 708 and options["model_path"] == str(tiny_model_dir)
-    assert options["enable_prefix_caching"] is False and options["gpu_memory_utilization"] == 0.15
+    assert options["enable_prefix_caching"] is False and options["gpu_memory_utilization"] is None
+    assert options["kv_cache_sequences"] == 1  # one greedy task: one sequence, below rollout.micro_batch_size=2
     assert "rollout engine hf (rollout.engine=hf, device cpu)" in capsys.readouterr().err
+
+
+def test_eval_sizes_the_engine_for_its_largest_chunk():
+    from serl.cli import _eval_sequences
+    from serl.configure import load_config
+
+    cfg = load_config("cpu", ["rollout.micro_batch_size=27", "rollout.val_n=4"])
+    assert _eval_sequences(cfg, -1, greedy=True) == 27  # the whole split: chunks of 27
+    assert _eval_sequences(cfg, 2, greedy=True) == 2
+    assert _eval_sequences(cfg, 5, greedy=False) == 20  # 5 tasks × val_n 4
+    assert _eval_sequences(cfg, 50, greedy=False) == 27
 
 
 def test_eval_subset_round_robin_over_task_types():

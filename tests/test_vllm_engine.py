@@ -79,7 +79,43 @@ def test_vllm_memory_share_defaults_by_device():
 
     assert RolloutConfig().gpu_memory_utilization is None  # resolved per device by the trainer
     assert engine_mod.default_memory_share("cuda") == 0.5 and engine_mod.default_memory_share("cuda:1") == 0.5
-    assert engine_mod.default_memory_share("cpu") == 0.15
+    assert engine_mod.default_memory_share("cpu") is None  # sized to the sequences (cpu_kv_cache_bytes)
+    opts = engine_mod.engine_options(RolloutConfig(), "m", "auto", "cpu", 512, 0, 27)
+    assert opts["gpu_memory_utilization"] is None and opts["kv_cache_sequences"] == 27
+    opts = engine_mod.engine_options(RolloutConfig(gpu_memory_utilization=0.3), "m", "auto", "cpu", 512, 0, 0)
+    assert opts["gpu_memory_utilization"] == 0.3 and opts["kv_cache_sequences"] == 1
+
+
+def test_kv_bytes_per_token_of_smollm2_135m():
+    """SmolLM2-135M: 30 layers × (K and V) × 3 KV heads × 64 dims × 4 bytes (float32)."""
+    from types import SimpleNamespace
+
+    from serl.rollout.vllm_engine import kv_bytes_per_token
+
+    cfg = SimpleNamespace(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576)
+    assert kv_bytes_per_token(cfg, torch.float32) == 30 * 2 * 3 * 64 * 4 == 46_080
+    assert kv_bytes_per_token(cfg, torch.bfloat16) == 23_040
+    cfg.head_dim, cfg.num_key_value_heads = 32, None  # an explicit head_dim; no GQA: every head keeps K/V
+    assert kv_bytes_per_token(cfg, torch.float32) == 2 * 30 * 9 * 32 * 4
+
+
+def test_cpu_kv_cache_holds_the_sequences_within_half_the_free_memory():
+    from serl.rollout.vllm_engine import cpu_kv_cache_bytes
+
+    gib, per_token = 2 ** 30, 46_080
+    # a share set: share × total, whatever the need (serl before: always this rule)
+    assert cpu_kv_cache_bytes(0.45, 27, 8192, per_token, 24 * gib, 1 * gib) == (int(0.45 * 24 * gib), None)
+    # unset: 27 conversation games of 8,192 tokens in float32 = 9.5 GiB, held with 20 GiB free
+    size, note = cpu_kv_cache_bytes(None, 27, 8192, per_token, 24 * gib, 20 * gib)
+    assert size == 27 * 8192 * per_token and note is None
+    # each sequence's room rounds up to whole 256-token blocks: 700 → 768 tokens
+    assert cpu_kv_cache_bytes(None, 8, 700, 100, 24 * gib, 20 * gib) == (8 * 768 * 100, None)
+    # 8 GiB free: the cap (half) binds, and the note says how many sequences fit
+    size, note = cpu_kv_cache_bytes(None, 27, 8192, per_token, 24 * gib, 8 * gib)
+    assert size == 4 * gib
+    assert "room for 11 of the 27 sequences of up to 8,192 tokens" in note and "rollout.gpu_memory_utilization" in note
+    with pytest.raises(ValueError, match="cannot hold one sequence of 8,192 tokens"):
+        cpu_kv_cache_bytes(None, 2, 8192, per_token, 24 * gib, gib // 2)
 
 
 def test_every_engine_option_reaches_an_engine_that_takes_it(monkeypatch):
@@ -95,13 +131,13 @@ def test_every_engine_option_reaches_an_engine_that_takes_it(monkeypatch):
     monkeypatch.setattr("serl.rollout.vllm_engine.VLLMEngine",
                         lambda *a, **kw: seen.update(inspect.signature(VLLMEngine).bind(*a, **kw).arguments) or "built")
     for device in ("cpu", "cuda"):
-        opts = engine_mod.engine_options(RolloutConfig(), "m", "auto", device, 512, 0)
+        opts = engine_mod.engine_options(RolloutConfig(), "m", "auto", device, 512, 0, 2)
         assert set(engine_mod.HF_ONLY_OPTIONS) <= set(opts)
         assert engine_mod._build_vllm(object(), _Tok(), 2, **opts) == "built"
         assert not set(engine_mod.HF_ONLY_OPTIONS) & set(seen)
-    assert engine_mod.engine_options(RolloutConfig(), "m", "auto", "cpu", 512, 0)["prefill_batch_tokens"] == 0
-    assert engine_mod.engine_options(RolloutConfig(), "m", "auto", "cuda:0", 512, 0)["prefill_batch_tokens"] == 262144
-    assert engine_mod.engine_options(RolloutConfig(prefill_batch_tokens=5), "m", "auto", "cpu", 512, 0)[
+    assert engine_mod.engine_options(RolloutConfig(), "m", "auto", "cpu", 512, 0, 2)["prefill_batch_tokens"] == 0
+    assert engine_mod.engine_options(RolloutConfig(), "m", "auto", "cuda:0", 512, 0, 2)["prefill_batch_tokens"] == 262144
+    assert engine_mod.engine_options(RolloutConfig(prefill_batch_tokens=5), "m", "auto", "cpu", 512, 0, 2)[
         "prefill_batch_tokens"] == 5
 
 
@@ -547,6 +583,22 @@ def test_cpu_kv_cache_is_the_share_of_the_machines_ram(vllm_setup):
 
     from serl.rollout.vllm_engine import cpu_kv_cache_bytes
 
-    _, _, eng = vllm_setup
-    assert cpu_kv_cache_bytes(0.1) == int(0.1 * psutil.virtual_memory().total)
-    assert eng.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes == cpu_kv_cache_bytes(0.1)
+    _, _, eng = vllm_setup  # built with gpu_memory_utilization=0.1
+    assert eng.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes == int(0.1 * psutil.virtual_memory().total)
+
+
+def test_cpu_kv_cache_unset_is_sized_from_the_models_config(tiny_model_dir, capsys):
+    """``rollout.gpu_memory_utilization`` unset on CPU: the engine's KV cache holds its sequences
+    at the model's bytes per token in vLLM's dtype; when half the free memory cannot, it says so
+    on stderr (checked without vLLM: the sizing runs before vLLM is called)."""
+    from serl.models.loading import load_causal_lm
+    from serl.rollout.vllm_engine import VLLMEngine, kv_bytes_per_token
+
+    model = load_causal_lm(str(tiny_model_dir), torch.float32, "cpu")
+    per_token = kv_bytes_per_token(model.config, torch.float32)
+    assert VLLMEngine._cpu_kv_cache(model, "auto", None, 3, 512) == 3 * 512 * per_token
+    assert VLLMEngine._cpu_kv_cache(model, "bfloat16", None, 3, 500) == 3 * 512 * per_token // 2
+    assert capsys.readouterr().err == ""
+    huge = VLLMEngine._cpu_kv_cache(model, torch.float32, None, 10 ** 9, 512)
+    assert huge < 10 ** 9 * 512 * per_token
+    assert "room for" in capsys.readouterr().err

@@ -268,7 +268,9 @@ class RolloutConfig:
     #: vllm only (verl's key): share of the GPU's memory vLLM may take for weights + KV cache;
     #: the training model shares the GPU (colocated), so leave room for it. On CPU: the share of
     #: the machine's RAM that vLLM's KV cache gets (it must be free at start-up). null = 0.5 on
-    #: CUDA (verl's default), 0.15 on CPU (serl.rollout.engine.DEFAULT_MEMORY_SHARE)
+    #: CUDA (verl's default); on CPU a cache that holds a generate call's sequences (the batch's
+    #: episodes or rollout.micro_batch_size) at max length, within half the free memory
+    #: (serl.rollout.vllm_engine.cpu_kv_cache_bytes; it says so when that binds)
     gpu_memory_utilization: Optional[float] = None
     #: (verl's key) reuse the KV cache of shared prompts: a group's G episodes start from the same
     #: prompt. vllm: its prefix cache; hf (with ``unpadded_prefill``): identical prompts of a

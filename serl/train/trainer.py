@@ -372,10 +372,13 @@ class Trainer:
         return train_model, optimizer
 
     def _engine_options(self) -> dict[str, Any]:
-        """The settings of the rollout engine (:func:`~serl.rollout.engine.engine_options`)."""
+        """The settings of the rollout engine (:func:`~serl.rollout.engine.engine_options`); a
+        ``generate`` call carries this rank's episodes, or an evaluation's ``rollout.micro_batch_size``."""
         cfg = self.cfg
+        episodes = cfg.data.train_batch_size // self.dist.world_size * cfg.env.rollout.n
         return engine_options(cfg.rollout, self.models.model_path, self.models.infer_dtype, self.device,
-                              cfg.data.max_prompt_length + cfg.data.max_response_length, cfg.seed)
+                              cfg.data.max_prompt_length + cfg.data.max_response_length, cfg.seed,
+                              max(episodes, cfg.rollout.micro_batch_size))
 
     def _full_policy(self):
         """The policy with full parameters, as a module: the policy itself, or with FSDP its
