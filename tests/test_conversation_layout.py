@@ -194,8 +194,7 @@ def test_config_switch():
         load_config("cpu", ["env.prompt_layout=chat"])
     with pytest.raises(ConfigError, match="env.turn_actions"):
         load_config("cpu", ["env.turn_actions=some"])
-    with pytest.raises(ConfigError, match="env.prompt_layout: env 'webshop' has no conversation layout"):
-        load_config("webshop", ["env.prompt_layout=conversation"])
+    assert load_config("webshop", ["env.prompt_layout=conversation"]).env.prompt_layout == "conversation"
     full = load_config("cpu_conversation")  # all six types, 50 steps, the chat within SmolLM2's context
     assert (full.env.prompt_layout, full.env.task_types, full.env.max_steps) == ("conversation", [], 50)
     assert full.data.max_prompt_length + full.data.max_response_length == 8192
@@ -267,3 +266,47 @@ def test_one_training_iteration_in_the_conversation_layout(tiny_model_dir, tmp_p
     (rows, old), = handed
     assert len(rows) == len(steps) and all(lp is not None and lp.numel() == len(s.response_ids)
                                            for s, lp in zip(rows, old))
+
+
+def test_webshop_build_turn_text():
+    from serl.agent.prompts.webshop import build_turn as webshop_turn
+
+    acts = ["click[back to search]", "click[b09abc]"]
+    assert webshop_turn("'Back to Search' [SEP] 'B09ABC'", acts, 1, "all") == (
+        "Step 2. Observation: 'Back to Search' [SEP] 'B09ABC'\nAdmissible actions:\n[\n'click[back to search]',\n"
+        "'click[b09abc]',\n]")
+    assert webshop_turn("x", acts, 1, "state") == webshop_turn("x", acts, 1, "all")  # nothing every page admits
+    assert webshop_turn("x", acts, 4, "none") == "Step 5. Observation: x"
+    with pytest.raises(ValueError, match="turn_actions"):
+        webshop_turn("x", acts, 1, "some")
+
+
+def test_webshop_expert_conversation_row_is_the_collectors_chat(tokenizer):
+    """WebShop in the conversation layout: the oracle's episode as one row (`serl data expert
+    webshop env.prompt_layout=conversation`) renders, token for token, to the RL collector's chat
+    of the same replies, which buys the same item (score 1)."""
+    from serl.agent.tool_chat import render_sft_conversation
+    from serl.envs.webshop.env import WebShopEnv
+    from serl.rollout.expert import make_expert, play_expert
+
+    task = WebShopEnv.list_tasks("test")[0]
+    env = WebShopEnv()
+    try:
+        ep = play_expert(env, task, make_expert(task, seed=0), tokenizer, 2, 8000, 15, "conversation", "all")
+    finally:
+        env.close()
+    assert ep.won and len(ep.rows) == 1 and ep.steps >= 3
+    row = ep.rows[0]
+    replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+    pool = EnvPool("webshop", 1, 0, {})
+    try:
+        col = Collector(pool, ScriptedEngine(tokenizer, replies), tokenizer, "webshop", 2, 15, 8000, "conversation", "all")
+        traj = col.collect([task], 1, SamplingParams(max_new_tokens=96))[0].trajectories[0]
+    finally:
+        pool.close()
+    assert traj.won and [s.action for s in traj.steps] == row["actions"]
+    last = traj.steps[-1]
+    ids, _ = render_sft_conversation(tokenizer, row["messages"], [])
+    assert ids == last.prompt_ids + last.response_ids
+    assert all(s.prompt_format == "conversation" for s in traj.steps)
+    assert traj.steps[1].prompt.startswith("Step 2. Observation: ") and "Admissible actions:" in traj.steps[1].prompt

@@ -177,7 +177,8 @@ class EnvConfig:
     #: ``prompt_layout=conversation``: the admissible actions listed in each later user turn:
     #: ``all`` (as the first turn and the step layout) | ``state`` (ALFWorld: all but the
     #: ``go to``/``look``/``inventory``/``help`` commands, which barely change within an episode and
-    #: are listed in the first turn) | ``none`` (the first turn's list only)
+    #: are listed in the first turn; WebShop: the same as ``all``) | ``none`` (the first turn's
+    #: list only)
     turn_actions: str = "state"
     #: env worker processes; 0 = one per CPU core (capped by the number of envs)
     num_workers: int = 0

@@ -7,6 +7,13 @@ admissible actions, one per line, each single-quoted and followed by a comma, in
 and the ``<think>`` / ``<action>`` contract. When the history variant is longer than
 :data:`MAX_PROMPT_CHARS` characters, the no-history variant is used for that step (verl-agent).
 
+Conversation layout (``env.prompt_layout=conversation``, serl's; as ALFWorld's,
+:mod:`serl.agent.prompts.alfworld`): the first user turn is the step layout's first prompt, every
+later step one user turn appended to the same chat after the policy's reply (:func:`build_turn`):
+the step number, the new page and, unless ``turn_actions=none``, its admissible actions. WebShop
+has no action that every page admits (ALFWorld's ``go to``/``look``/``inventory``), so ``state``
+lists the same as ``all``; with ``none`` the page text still names its buttons and items.
+
 The observation is the env's ``StepResult.observation``: WebShop's page text after the
 instruction, each ``[SEP]`` segment single-quoted. Action parsing for WebShop falls back to the
 last 20 characters of a response without ``<action>`` tags (``serl.agent.parsing``).
@@ -75,3 +82,23 @@ def build_prompt(
     if len(prompt) > MAX_PROMPT_CHARS:
         return _no_history(task_text, observation, actions)
     return prompt
+
+
+def build_turn(observation: str, admissible_actions: list[str], step_count: int, turn_actions: str) -> str:
+    """The user turn of a later step in the conversation layout (see the module docstring).
+
+    Args:
+        observation: the page after the previous action (``StepResult.observation``).
+        admissible_actions: the actions the page admits.
+        step_count: steps already taken (>= 1).
+        turn_actions: ``all`` or ``state`` (the page's actions, listed as the first turn lists
+            them) or ``none``.
+
+    Raises:
+        ValueError: unknown ``turn_actions``.
+    """
+    if turn_actions not in ("all", "state", "none"):
+        raise ValueError(f"unknown turn_actions {turn_actions!r}; valid: ['all', 'state', 'none']")
+    listed = admissible_actions if turn_actions != "none" else []
+    actions = f"\nAdmissible actions:\n[\n{format_admissible(listed)}\n]" if listed else ""
+    return f"Step {step_count + 1}. Observation: {observation}{actions}"

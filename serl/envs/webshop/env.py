@@ -145,6 +145,7 @@ class WebShopEnv(BaseTextEnv):
     name = "webshop"
     max_steps = DEFAULT_MAX_STEPS
     prompt_builder = "serl.agent.prompts.webshop:build_prompt"
+    turn_builder = "serl.agent.prompts.webshop:build_turn"
     default_max_steps = DEFAULT_MAX_STEPS
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
