@@ -26,10 +26,17 @@ turns list the admissible actions that ``env.turn_actions`` selects: ``all``, ``
   per episode, and the hf engine's prefilled / reused prompt tokens (its turn cache).
 
 Printed first: the CPU model and dtype. Needs the ALFWorld train games (``--data-dir``, default
-``$SERL_DATA`` or the shared data folder). ::
+``$SERL_DATA`` or the shared data folder).
+
+``--expert-rows STEP.jsonl CONV.jsonl`` (any env with a conversation layout, e.g. WebShop) runs the
+``update`` part on episodes that ``serl data expert`` wrote twice, in the step layout and with
+``env.prompt_layout=conversation`` (same tasks and seed: the same episodes), instead of scripted
+ALFWorld ones; ``--recipe`` names the trainer's recipe (e.g. ``cpu_learn_webshop``). ::
 
     PYTHONPATH=$PWD python benchmarks/alfworld_layout.py --data-dir ../shared/data/alfworld --parts tokens
     PYTHONPATH=$PWD python benchmarks/alfworld_layout.py --data-dir ../shared/data/alfworld --parts tokens,update,rollout
+    PYTHONPATH=$PWD python benchmarks/alfworld_layout.py --parts update --recipe cpu_learn_webshop \
+        --expert-rows step.jsonl conv.jsonl --update-episodes 8
 """
 
 from __future__ import annotations
@@ -103,7 +110,10 @@ def reply(task_text: str, action: str, t: int) -> str:
 
 
 def layout_rows(tok, ep: dict, layout: str, turn_actions: str, max_prompt_length: int) -> list[tuple[list, list]]:
-    """``(prompt_ids, response_ids)`` per step as the collector builds them in ``layout``."""
+    """``(prompt_ids, response_ids)`` per step as the collector builds them in ``layout`` (an
+    episode read from expert rows carries them: :func:`expert_episodes`)."""
+    if "rows" in ep:
+        return ep["rows"][layout]
     rows, history, conv = [], [], None
     for t, (obs, adm, action) in enumerate(ep["steps"]):
         resp = tok(reply(ep["task_text"], action, t), add_special_tokens=False).input_ids + [tok.convert_tokens_to_ids("<|im_end|>")]
@@ -115,6 +125,41 @@ def layout_rows(tok, ep: dict, layout: str, turn_actions: str, max_prompt_length
         conv = ids + resp
         history.append((obs, action))
     return rows
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def expert_episodes(tok, step_path: str, conv_path: str, n: int) -> list[dict]:
+    """The first ``n`` episodes found in both files of ``serl data expert`` rows (matched by task
+    id): per layout the ``(prompt_ids, response_ids)`` of each step. Step rows: the row's chat
+    prompt and its reply + ``<|im_end|>``; a conversation row: its rendered chat
+    (:func:`serl.agent.tool_chat.render_sft_conversation`, token for token the collector's) cut
+    after each reply. Raises ValueError when the files share no episode, or an episode's step
+    counts differ."""
+    from serl.agent.tool_chat import render_sft_conversation
+
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    steps: dict[str, list] = defaultdict(list)
+    for r in _read_jsonl(step_path):
+        steps[r["task_id"]].append((chat_prompt_ids(tok, r["messages"][0]["content"]),
+                                    tok(r["response"], add_special_tokens=False).input_ids + [end]))
+    out = []
+    for r in _read_jsonl(conv_path):
+        if r["task_id"] not in steps or len(out) == n:
+            continue
+        ids, mask = render_sft_conversation(tok, r["messages"], [])
+        starts = [i for i in range(len(mask)) if mask[i] and (i == 0 or not mask[i - 1])]
+        ends = [i + 1 for i in range(len(mask)) if mask[i] and (i + 1 == len(mask) or not mask[i + 1])]
+        conv = [(ids[:a], ids[a:b]) for a, b in zip(starts, ends)]
+        if len(conv) != len(steps[r["task_id"]]):
+            raise ValueError(f"task {r['task_id']}: {len(conv)} replies in the chat, {len(steps[r['task_id']])} step rows")
+        out.append({"task_id": r["task_id"], "rows": {"step": steps[r["task_id"]], "conversation": conv}})
+    if not out:
+        raise ValueError(f"{step_path} and {conv_path} share no episode (task_id)")
+    return out
 
 
 def tokens_part(tok, episodes: list[dict]) -> dict:
@@ -283,8 +328,13 @@ def main(argv=None) -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="config overrides on top of the default recipe (e.g. trainer.activation_memory_gb=8)")
     ap.add_argument("--out", default=None, help="write the results as JSON here too")
+    ap.add_argument("--expert-rows", nargs=2, metavar=("STEP", "CONV"), default=None,
+                    help="update part only: episodes from `serl data expert` rows of both layouts (any env)")
+    ap.add_argument("--recipe", default="cpu", help="the trainer's recipe (with --expert-rows: the env's CPU recipe)")
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
+    if args.expert_rows:
+        return expert_rows_main(args)
 
     from serl.configure import load_config
     from serl.envs.alfworld import resolve_data_dir
@@ -337,6 +387,34 @@ def main(argv=None) -> None:
                 print(json.dumps(results["rollout"], indent=1), flush=True)
         finally:
             trainer.close()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def expert_rows_main(args) -> None:
+    """``--expert-rows``: the update part on episodes read from expert rows (module docstring)."""
+    from serl.configure import load_config
+    from serl.models.loading import load_tokenizer, resolve_model_path
+    from serl.train.trainer import Trainer
+
+    if set(args.parts.split(",")) != {"update"}:
+        raise SystemExit("--expert-rows measures the update part only (--parts update)")
+    cfg = load_config(args.recipe, ["trainer.progress=false", f"data.max_prompt_length={CONTEXT - 96}", *args.set])
+    print(f"CPU: {cpu_kind()}; torch {torch.__version__}; threads {torch.get_num_threads()}", flush=True)
+    tok = load_tokenizer(resolve_model_path(cfg.model.path))
+    episodes = expert_episodes(tok, *args.expert_rows, args.update_episodes)
+    print(f"{len(episodes)} episodes ({sum(len(e['rows']['step']) for e in episodes)} steps) from {args.expert_rows}",
+          flush=True)
+    trainer = Trainer(cfg, run_dir=tempfile.mkdtemp(prefix="serl-layout-"))
+    print(f"dtype: rollout {trainer.models.infer_dtype}, update autocast {trainer.models.autocast_dtype}", flush=True)
+    try:
+        results = {"cpu": cpu_kind(), "args": vars(args),
+                   "update": update_part(trainer, tok, episodes, args.turn_actions, args.repeats,
+                                         {"step": args.step_micro_batch, "conversation": args.conversation_micro_batch})}
+        print(json.dumps(results["update"], indent=1), flush=True)
+    finally:
+        trainer.close()
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
