@@ -239,10 +239,43 @@ def _panel_rows(workdir: Path, policy: str, label: str) -> list[dict]:
     return rows
 
 
+def sweep_agreement(trajectories: Path) -> tuple[int, int]:
+    """Of a panel's ``go to`` / ``open`` steps, how many are the sweep expert's search step from
+    that state (``serl data expert alfworld --expert sweep``: the first place of the first turn's
+    ``go to`` list not yet visited, :func:`serl.rollout.expert_search.search_step` with
+    ``places``), read off each step's observations and admissible actions. Returns ``(agreeing,
+    steps)``. Every move counts, also those after the object is found, where the expert follows the
+    planner: a measure to compare policies on the same games, not one whose ceiling is 1."""
+    import random
+
+    from serl.rollout.expert_search import search_step
+    from serl.trajectory import read_jsonl
+
+    agree = moves = 0
+    for t in read_jsonl(trajectories):
+        places = [a[len("go to "):] for a in t.steps[0].admissible_actions if a.startswith("go to ")] if t.steps else []
+        seen: list[str] = []
+        for s in t.steps:
+            seen.append(s.observation)
+            if s.action.startswith(("go to ", "open ")):
+                moves += 1
+                agree += s.action == search_step("\n".join(seen), s.admissible_actions, random.Random(0), places)
+    return agree, moves
+
+
+def _sweep_cell(workdir: Path, policy: str, label: str) -> str:
+    f = workdir / "eval" / policy / f"it000_{label}" / "trajectories.jsonl"
+    if not f.exists():
+        return "—"
+    agree, moves = sweep_agreement(f)
+    return f"{agree}/{moves} ({agree / moves:.0%})" if moves else "0/0"
+
+
 def start_table(workdir: Path, splits: list[str]) -> list[str]:
     """The start policies (the SFT start, and ``--compare-model`` as ``compare``) on every panel
     split: games won, success per task type, mean steps of the won games, loops among the lost
-    (:func:`serl.envs.alfworld.is_loop`); then the SFT start against ``compare`` paired game by game (exact McNemar,
+    (:func:`serl.envs.alfworld.is_loop`), the moves that are the sweep expert's
+    (:func:`sweep_agreement`; from ``trajectories.jsonl``, "—" without it); then the SFT start against ``compare`` paired game by game (exact McNemar,
     :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
     rounds = sorted((d.name for d in (workdir / "eval").glob("dagger*") if d.name[6:].isdigit()), key=lambda n: int(n[6:]))
     names = {"sft": "SFT start", **{r: f"DAgger round {r[6:]}" for r in rounds}, "compare": "compared model"}
@@ -251,8 +284,8 @@ def start_table(workdir: Path, splits: list[str]) -> list[str]:
     if not panels:
         return []
     types = sorted({r.get("task_type", "") for v in panels.values() for r in v})
-    lines = ["| policy | split | won | " + " | ".join(types) + " | steps to win | loops / lost |",
-             "|---|---|---|" + "---|" * len(types) + "---|---|"]
+    lines = ["| policy | split | won | " + " | ".join(types) + " | steps to win | loops / lost | sweep's moves |",
+             "|---|---|---|" + "---|" * len(types) + "---|---|---|"]
     for (p, x), rows in panels.items():
         won = [r for r in rows if r["won"]]
         per = [f"{sum(r['won'] for r in rows if r.get('task_type') == t)}/{sum(r.get('task_type') == t for r in rows)}"
@@ -260,7 +293,8 @@ def start_table(workdir: Path, splits: list[str]) -> list[str]:
         lost = [r for r in rows if not r["won"]]
         loops = f"{sum(is_loop(r['actions']) for r in lost)}/{len(lost)}" if all("actions" in r for r in lost) else "—"
         steps = f"{statistics.mean(r['length'] for r in won):.1f}" if won else "—"
-        lines.append(f"| {names[p]} | {x} | {len(won)}/{len(rows)} | " + " | ".join(per) + f" | {steps} | {loops} |")
+        lines.append(f"| {names[p]} | {x} | {len(won)}/{len(rows)} | " + " | ".join(per)
+                     + f" | {steps} | {loops} | {_sweep_cell(workdir, p, x)} |")
     for other in [p for p in names if p != "sft"]:
         pairs, total = [], [0, 0]
         for x in splits:

@@ -296,17 +296,50 @@ def test_alfworld_report_start_policies_by_hand(tmp_path):
     panel("compare", [False, True, False, False], ["a", "b", "a", "b"], [6, 8, 6, 6], [loop, ["y"] * 8, loop, loop])
     assert is_loop(loop) and not is_loop(wander) and not is_loop(["a"] * 5)
     lines = start_table(tmp_path, ["valid_unseen"])
-    assert lines[2] == "| SFT start | valid_unseen | 2/4 | 1/2 | 1/2 | 5.0 | 1/2 |"
-    assert lines[3] == "| compared model | valid_unseen | 1/4 | 0/2 | 1/2 | 8.0 | 3/3 |"
+    assert lines[2] == "| SFT start | valid_unseen | 2/4 | 1/2 | 1/2 | 5.0 | 1/2 | — |"
+    assert lines[3] == "| compared model | valid_unseen | 1/4 | 0/2 | 1/2 | 8.0 | 3/3 | — |"
     assert lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"  # one game only the SFT start wins: McNemar p = 1
     assert lines[-3] == "| panel | only the SFT start wins | only the compared model wins | McNemar p |"
     assert start_table(tmp_path, ["valid_seen"]) == []
     # a DAgger round's panel: a row of its own, paired with the SFT start before the compared model
     panel("dagger1", [True, True, True, False], ["a", "b", "a", "b"], [4, 5, 6, 6], [["x"] * 4, ["y"] * 5, ["z"] * 6, wander])
     lines = start_table(tmp_path, ["valid_unseen"])
-    assert lines[3] == "| DAgger round 1 | valid_unseen | 3/4 | 2/2 | 1/2 | 5.0 | 0/1 |"
+    assert lines[3] == "| DAgger round 1 | valid_unseen | 3/4 | 2/2 | 1/2 | 5.0 | 0/1 | — |"
     i = lines.index("| panel | only the SFT start wins | only DAgger round 1 wins | McNemar p |")
     assert lines[i + 2] == "| valid_unseen (4) | 0 | 1 | 1 |" and lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"
+
+
+def test_sweep_agreement_by_hand(tmp_path):
+    """A panel's moves against the sweep's rule: the first place of the first turn's list not yet
+    arrived at (or open where the agent stands at a closed one)."""
+    from learning_report import start_table, sweep_agreement
+
+    from serl.trajectory import Step, Task, Trajectory, write_jsonl
+
+    first = ["go to cabinet 1", "go to drawer 1", "go to shelf 1", "look"]
+
+    def step(i, obs, adm, action):
+        return Step(step_id=i, observation=obs, prompt="", prompt_ids=[], response_ids=[], response_text="",
+                    action_mask=[], action=action, action_valid=True, admissible_actions=adm)
+
+    agrees = [step(0, "You are in the middle of a room.", first, "go to cabinet 1"),         # the rule's first place
+              step(1, "You arrive at cabinet 1. The cabinet 1 is closed.", ["open cabinet 1", "go to drawer 1"],
+                   "open cabinet 1"),                                                       # closed where it stands
+              step(2, "You open the cabinet 1. In it, you see nothing.", ["go to drawer 1", "go to shelf 1"],
+                   "go to drawer 1"),                                                       # the next unvisited
+              step(3, "You arrive at drawer 1. On it, you see a mug 1.", ["take mug 1 from drawer 1"],
+                   "take mug 1 from drawer 1")]                                             # not a move
+    strays = [step(0, "You are in the middle of a room.", first, "go to shelf 1"),             # not the first place
+              step(1, "You arrive at shelf 1. On it, you see nothing.", first[:2], "go to cabinet 1")]  # it is now
+    task = Task("alfworld", "g0", "look_at_obj_in_light")
+    out = tmp_path / "eval" / "sft" / "it000_valid_unseen"
+    out.mkdir(parents=True)
+    write_jsonl(out / "trajectories.jsonl", [Trajectory(uid="a", traj_uid="a", task=task, task_text="", steps=agrees),
+                                             Trajectory(uid="b", traj_uid="b", task=task, task_text="", steps=strays)])
+    assert sweep_agreement(out / "trajectories.jsonl") == (4, 5)
+    (out / "tasks.jsonl").write_text("".join(json.dumps({"task_id": f"g{i}", "won": False, "task_type": "a", "length": 2})
+                                             + "\n" for i in range(2)))
+    assert start_table(tmp_path, ["valid_unseen"])[2].endswith("| 4/5 (80%) |")
 
 
 @pytest.mark.parametrize("leg,extra,sft_settings,evals", [
