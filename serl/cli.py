@@ -209,6 +209,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     mode = "greedy" if args.greedy else f"sampled T={cfg.rollout.val_temperature}, seed={args.seed}"
     journal = eval_journal(out, cfg, split, n, mode, source, engine_name, shard)
     done = [Trajectory.from_dict(e["trajectory"]) for e in journal.entries]
+    journal.entries.clear()  # held once, as trajectories
     if done:
         print(f"serl eval: resuming {journal.path}: {len(done)} episodes of finished chunks kept", file=sys.stderr)
     try:
@@ -315,7 +316,7 @@ def eval_journal(out: Path, cfg, split: str, num_tasks: int, mode: str, model: s
     header = {"split": split, "num_tasks": num_tasks, "mode": mode, "model": model, "engine": engine, "config": conf}
     if shard[1] > 1:  # (absent for the whole split, so journals written before --shard still resume)
         header["shard"] = list(shard)
-    return Journal(out / "trajectories.jsonl.partial", header, "serl eval")
+    return Journal(out / "trajectories.jsonl.partial", header, "serl eval", keep=False)
 
 
 def task_result(traj) -> dict:

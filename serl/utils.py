@@ -51,14 +51,18 @@ class Journal:
         path: the journal file; created (with its header) if missing.
         header: the command's arguments (JSON-serialisable); must equal an existing journal's.
         what: the command, for error messages (e.g. ``serl eval``).
+        keep: keep what :meth:`append` writes in :attr:`entries` too; False for a caller that
+            holds its units itself (``serl eval``: a 134-game conversation panel's trajectories
+            are ~0.5 GB of JSON, kept once, not twice). :attr:`entries` always holds what the
+            journal held when opened.
 
     Raises:
         ConfigError: ``path`` holds the journal of a run with other arguments, or is not a
             journal of ``what``.
     """
 
-    def __init__(self, path: str | Path, header: dict[str, Any], what: str):
-        self.path, self.what = Path(path), what
+    def __init__(self, path: str | Path, header: dict[str, Any], what: str, keep: bool = True):
+        self.path, self.what, self.keep = Path(path), what, keep
         self.header = json.loads(json.dumps(header))  # as it reads back (tuples as lists)
         self.entries: list[dict[str, Any]] = []
         if self.path.exists():
@@ -99,8 +103,10 @@ class Journal:
 
     def append(self, *entries: dict[str, Any]) -> None:
         """Record finished units of work (one line each, written together, flushed and fsynced);
-        :attr:`entries` gets them as they read back (encoded once)."""
-        self.entries.extend(json.loads(line) for line in self._write("a", *entries))
+        with ``keep``, :attr:`entries` gets them as they read back (encoded once)."""
+        lines = self._write("a", *entries)
+        if self.keep:
+            self.entries.extend(json.loads(line) for line in lines)
 
     def remove(self) -> None:
         """Delete the journal (once its results are written out)."""

@@ -47,6 +47,19 @@ def test_journal_records_resumes_and_refuses_other_arguments(tmp_path):
     assert not path.exists()
 
 
+def test_a_journal_that_does_not_keep_still_writes_and_reads_back(tmp_path):
+    # serl eval holds its trajectories itself: the journal writes them and forgets them
+    from serl.utils import Journal
+
+    j = Journal(tmp_path / "e.partial", {"split": "s"}, "serl eval", keep=False)
+    j.append({"trajectory": 1}, {"trajectory": 2})
+    assert j.entries == [] and len(j.path.read_text().splitlines()) == 3
+    assert Journal(j.path, {"split": "s"}, "serl eval", keep=False).entries == [{"trajectory": 1}, {"trajectory": 2}]
+    kept = Journal(tmp_path / "k.partial", {}, "x")
+    kept.append({"a": (1, 2)})
+    assert kept.entries == [{"a": [1, 2]}]  # as it reads back
+
+
 def test_cli_resumes_after_a_stop(tmp_path, tiny_model_dir, monkeypatch, capsys):
     from serl.cli import main
     from serl.rollout import expert as expert_mod
