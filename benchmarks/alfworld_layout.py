@@ -377,9 +377,7 @@ def main(argv=None) -> None:
         try:
             if "update" in parts:
                 eps = [dict(e, steps=e["steps"][: args.update_steps]) for e in episodes[: args.update_episodes]]
-                results["update"] = update_part(trainer, tok, eps, args.turn_actions, args.repeats,
-                                                {"step": args.step_micro_batch,
-                                                 "conversation": args.conversation_micro_batch})
+                results["update"] = args_update_part(trainer, tok, eps, args)
                 print(json.dumps(results["update"], indent=1), flush=True)
             if "rollout" in parts:
                 results["rollout"] = rollout_part(trainer, cfg, games[: args.rollout_games], args.n, args.rollout_steps,
@@ -387,6 +385,17 @@ def main(argv=None) -> None:
                 print(json.dumps(results["rollout"], indent=1), flush=True)
         finally:
             trainer.close()
+    write_out(args, results)
+
+
+def args_update_part(trainer, tok, episodes: list[dict], args) -> dict:
+    """``update_part`` with the command line's turn actions, repeats and per-layout micro-batches."""
+    return update_part(trainer, tok, episodes, args.turn_actions, args.repeats,
+                       {"step": args.step_micro_batch, "conversation": args.conversation_micro_batch})
+
+
+def write_out(args, results: dict) -> None:
+    """Write ``results`` as JSON to ``--out`` when it is given."""
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
@@ -409,15 +418,11 @@ def expert_rows_main(args) -> None:
     trainer = Trainer(cfg, run_dir=tempfile.mkdtemp(prefix="serl-layout-"))
     print(f"dtype: rollout {trainer.models.infer_dtype}, update autocast {trainer.models.autocast_dtype}", flush=True)
     try:
-        results = {"cpu": cpu_kind(), "args": vars(args),
-                   "update": update_part(trainer, tok, episodes, args.turn_actions, args.repeats,
-                                         {"step": args.step_micro_batch, "conversation": args.conversation_micro_batch})}
+        results = {"cpu": cpu_kind(), "args": vars(args), "update": args_update_part(trainer, tok, episodes, args)}
         print(json.dumps(results["update"], indent=1), flush=True)
     finally:
         trainer.close()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+    write_out(args, results)
 
 
 if __name__ == "__main__":
