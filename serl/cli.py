@@ -361,7 +361,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
         trainer = SFTTrainer(cfg)
     print(f"serl: run folder {trainer.run_dir}", file=sys.stderr)
     model_dir = trainer.run_dir / "model"
-    if trainer.step >= trainer.total_steps:
+    if trainer.step >= trainer.total_steps and not (cfg.sft.eval_on_start and trainer.val_examples):
         if not (model_dir / "config.json").exists():
             trainer.export_model()
         trainer.release_run_dir()
@@ -369,9 +369,16 @@ def cmd_sft(args: argparse.Namespace) -> int:
               "raise sft.epochs or sft.max_steps to continue")
         return 0
     last = trainer.train()
+    if "sft/loss" not in last:  # no step in this call: only sft.eval_on_start's evaluation
+        print(f"\nserl sft evaluated the model of optimizer step {trainer.step} on {len(trainer.val_examples)} "
+              f"held-out rows ({cfg.sft.val_data}): loss {last['val/loss']:.4f}, token accuracy "
+              f"{last['val/token_accuracy']:.3f}, exact replies {last['val/reply_exact']:.3f}")
+        print(f"  metrics:     {trainer.run_dir / 'metrics.jsonl'}")
+        return 0
     print(f"\nserl sft finished {trainer.step} optimizer steps on {len(trainer.examples)} rows.")
     print(f"  last loss:   {last.get('sft/loss', float('nan')):.4f}"
-          + (f" (held-out {last['val/loss']:.4f})" if "val/loss" in last else ""))
+          + (f" (held-out {last['val/loss']:.4f}, token accuracy {last['val/token_accuracy']:.3f}, "
+             f"exact replies {last['val/reply_exact']:.3f})" if "val/loss" in last else ""))
     print(f"  speed:       {last.get('perf/mean_tokens_per_s', 0):.0f} tokens/s, "
           f"{last.get('perf/mean_rows_per_min', 0):.1f} rows/min (mean over the steps of this run)")
     print(f"  model:       {model_dir}" + (" (LoRA merged)" if cfg.model.lora.r else ""))

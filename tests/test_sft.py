@@ -4,6 +4,7 @@ and an output folder that `serl eval` loads (tiny random model, synthetic expert
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from serl.cli import main
 from serl.configure import load_config
 from serl.errors import ConfigError, SerlError
 from serl.train.sft import (SFTExample, SFTTrainer, collate_sft, encode_row, lr_at, read_rows,
-                            reply_token_nll, step_rows)
+                            reply_match_counts, reply_token_nll, step_rows)
 
 
 def _rows(n: int = 6) -> list[dict]:
@@ -79,11 +80,68 @@ def test_loss_falls_on_a_fixed_batch(tiny_model_dir, tmp_path, rows_file):
     cfg = _cfg(tiny_model_dir, tmp_path, rows_file, "sft.batch_size=6", "sft.micro_batch_size=4",
                "sft.lr=3e-3", "sft.warmup_steps=0", "sft.lr_scheduler=constant")
     tr = SFTTrainer(cfg)
-    before = tr.evaluate_loss(tr.examples)
+    before = tr.evaluate(tr.examples)["val/loss"]
     losses = [tr.train_step()["sft/loss"] for _ in range(4)]
-    after = tr.evaluate_loss(tr.examples)
+    after = tr.evaluate(tr.examples)["val/loss"]
     assert losses[0] == pytest.approx(before, rel=0.02)  # same rows, no dropout in the base model
     assert after < before - 0.5, (before, losses, after)
+
+
+def test_reply_match_counts_by_hand():
+    """Each run of loss tokens in a row is one reply; it is exact when every token is a hit. Runs
+    never join across rows, and hits where the mask is 0 count for nothing."""
+    mask = torch.tensor([[1, 1, 0, 1, 1, 0, 1], [1, 1, 1, 0, 0, 0, 0]])
+    hits = torch.tensor([[1, 1, 1, 1, 0, 1, 1], [1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    # row 0: replies [0:2] exact, [3:5] one miss, [6] exact (a run at the row's end); row 1: [0:3] exact
+    assert reply_match_counts(hits, mask) == {"tokens": 8, "correct_tokens": 7, "replies": 4, "exact_replies": 3}
+    # row 0 ends in a run and row 1 starts with one: two replies, not one
+    mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
+    hits = torch.tensor([[0, 1, 1], [0, 1, 1]], dtype=torch.bool)
+    assert reply_match_counts(hits, mask) == {"tokens": 4, "correct_tokens": 3, "replies": 2, "exact_replies": 1}
+
+
+def test_reply_exact_is_what_greedy_decoding_writes(tiny_model_dir, tmp_path, rows_file):
+    """A target the model writes greedily from its prompt is an exact reply (every token its
+    argmax); the same target with its last token changed is not, and loses one token's accuracy."""
+    tr = SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file))
+    prompt = tr.examples[0].prompt_ids
+    with torch.no_grad():
+        out = tr.model.eval().generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                                       max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    greedy = out[0, len(prompt):].tolist()
+    other = greedy[:-1] + [(greedy[-1] + 1) % tr.model.config.vocab_size]
+    assert tr.evaluate([SFTExample(prompt, greedy)]) | {"val/loss": 0} == \
+        {"val/loss": 0, "val/token_accuracy": 1.0, "val/reply_exact": 1.0}
+    m = tr.evaluate([SFTExample(prompt, greedy), SFTExample(prompt, other)])
+    assert m["val/token_accuracy"] == pytest.approx(11 / 12) and m["val/reply_exact"] == 0.5
+
+
+def test_eval_on_start_and_an_evaluation_only_run(tiny_model_dir, tmp_path, rows_file, capsys):
+    """sft.eval_on_start logs the start model's held-out metrics at step 0; sft.max_steps=0 with it
+    only evaluates (no model written); max_steps=0 without held-out data is a config error."""
+    base = ["sft", "--data", str(rows_file), f"model.path={tiny_model_dir}", f"trainer.output_dir={tmp_path}",
+            "trainer.progress=false", "trainer.logger=[jsonl]", "model.lora.r=2", f"sft.val_data={rows_file}",
+            "sft.eval_on_start=true", "sft.batch_size=3"]
+    assert main([*base, "trainer.run_name=train", "sft.max_steps=2", "sft.eval_freq=1"]) == 0
+    logged = [json.loads(x) for x in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in logged] == [0, 1, 2] and "sft/loss" not in logged[0]
+    assert all({"val/loss", "val/token_accuracy", "val/reply_exact"} <= r.keys() for r in logged)
+    capsys.readouterr()
+    assert main([*base, "trainer.run_name=eval", "sft.max_steps=0"]) == 0
+    out = capsys.readouterr().out
+    assert "evaluated the model of optimizer step 0 on 6 held-out rows" in out
+    only = [json.loads(x) for x in (tmp_path / "eval" / "metrics.jsonl").read_text().splitlines()]
+    keys = ("iteration", "val/loss", "val/token_accuracy", "val/reply_exact")
+    assert [{k: r[k] for k in keys} for r in only] == [{k: logged[0][k] for k in keys}]  # the same start model
+    assert not (tmp_path / "eval" / "model").exists()
+    # a checkpoint of an unfinished run, evaluated: logged at its step, and still no model folder
+    assert main([*base, "trainer.run_name=part", "sft.max_steps=3", "sft.save_freq=1", "sft.eval_on_start=false"]) == 0
+    shutil.rmtree(tmp_path / "part" / "model")
+    assert main(["sft", "--resume", str(tmp_path / "part"), "sft.max_steps=0", "sft.eval_on_start=true"]) == 0
+    assert "evaluated the model of optimizer step 3" in capsys.readouterr().out
+    assert not (tmp_path / "part" / "model").exists()
+    assert main(["sft", "--data", str(rows_file), f"trainer.output_dir={tmp_path}", "sft.max_steps=0"]) == 2
+    assert "sft.max_steps" in capsys.readouterr().err
 
 
 def _base_params(model):

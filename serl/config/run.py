@@ -119,11 +119,13 @@ class SFTConfig:
 
     #: JSONL of expert rows (``serl data expert``); ``serl sft --data FILE`` sets it
     data: Optional[str] = None
-    #: optional held-out JSONL: its loss is logged as ``val/loss`` every ``eval_freq`` steps
+    #: optional held-out JSONL: ``val/loss``, ``val/token_accuracy`` and ``val/reply_exact`` on it
+    #: every ``eval_freq`` steps (:meth:`serl.train.sft.SFTTrainer.evaluate`)
     val_data: Optional[str] = None
     #: passes over the rows
     epochs: int = 2
-    #: > 0: stop after this many optimizer steps (overrides ``epochs``); -1 = run all epochs
+    #: > 0: stop after this many optimizer steps (overrides ``epochs``); -1 = run all epochs;
+    #: 0 = no optimizer step (with ``eval_on_start``: only evaluate the start model, write no model)
     max_steps: int = -1
     #: peak learning rate; None = 2e-5 for full fine-tuning, 2e-4 with LoRA
     lr: Optional[float] = None
@@ -147,8 +149,11 @@ class SFTConfig:
     save_freq: int = 50
     #: write metrics every this many optimizer steps
     log_freq: int = 1
-    #: held-out loss every this many optimizer steps (and at the end); 0 = only at the end
+    #: held-out metrics every this many optimizer steps (and at the end); 0 = only at the end
     eval_freq: int = 0
+    #: also evaluate before this call's first step (the start model, or a resumed checkpoint's),
+    #: logged at that step (Hugging Face ``TrainingArguments.eval_on_start``)
+    eval_on_start: bool = False
     #: also write the LoRA adapter alone to ``<run>/adapter`` (float32; 9.8 MB for SmolLM2-135M at r=8)
     save_adapter: bool = True
 
@@ -156,7 +161,7 @@ class SFTConfig:
         """Raises :class:`ConfigError` naming the bad ``sft.*`` key."""
         checks = [
             (self.epochs >= 1, "sft.epochs", "must be >= 1"),
-            (self.max_steps == -1 or self.max_steps >= 1, "sft.max_steps", "must be -1 (all epochs) or >= 1"),
+            (self.max_steps >= -1, "sft.max_steps", "must be -1 (all epochs), 0 (evaluate only) or >= 1"),
             (self.lr is None or (math.isfinite(self.lr) and self.lr > 0), "sft.lr",
              "must be finite and > 0 (or null for the default)"),
             (self.weight_decay >= 0, "sft.weight_decay", "must be >= 0"),
@@ -168,6 +173,8 @@ class SFTConfig:
             (self.save_freq >= 0, "sft.save_freq", "must be >= 0"),
             (self.log_freq >= 1, "sft.log_freq", "must be >= 1"),
             (self.eval_freq >= 0, "sft.eval_freq", "must be >= 0"),
+            (self.max_steps != 0 or (self.eval_on_start and bool(self.val_data)), "sft.max_steps",
+             "0 takes no step, so it needs sft.val_data and sft.eval_on_start=true (an evaluation of the start model)"),
         ]
         for ok, key, msg in checks:
             _check(ok, key, msg)

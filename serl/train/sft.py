@@ -77,18 +77,44 @@ DEFAULT_LR_LORA = 2e-4
 
 
 # ---------------------------------------------------------------------------------------- loss
-def reply_token_nll(model, batch: SFTBatch) -> torch.Tensor:
+def reply_token_nll(model, batch: SFTBatch, argmax_hits: bool = False):
     """Per-token negative log-likelihood of the target tokens, ``[B, R]`` float32 (nats); 0 where
     ``response_mask`` is 0 (padding, and a conversation's tool turns and headers: their logits
-    do not enter the result). Only the target positions go through the LM head."""
+    do not enter the result). Only the target positions go through the LM head.
+
+    With ``argmax_hits``: ``(nll, hits)``, ``hits`` ``[B, R]`` bool, True where the target token
+    is the model's most likely next token (greedy decoding would emit it after these exact ids)."""
     R = batch.response_ids.shape[1]
     dev = next(model.parameters()).device
     out = model(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev),
                 position_ids=batch.position_ids.to(dev), logits_to_keep=R + 1, use_cache=False)
     logits = out.logits[:, :-1, :].float()  # position P-1+j predicts reply token j
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.response_ids.to(dev).reshape(-1),
-                          reduction="none").view(-1, R)
-    return nll * batch.response_mask.to(dev)
+    targets = batch.response_ids.to(dev)
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none").view(-1, R)
+    nll = nll * batch.response_mask.to(dev)
+    return (nll, logits.argmax(-1) == targets) if argmax_hits else nll
+
+
+def reply_match_counts(hits: torch.Tensor, mask: torch.Tensor) -> dict[str, int]:
+    """Greedy agreement with the target replies, counted.
+
+    Args:
+        hits: ``[B, R]`` bool, the target token is the model's argmax (:func:`reply_token_nll`).
+        mask: ``[B, R]`` 0/1, the tokens that carry loss; each maximal run of 1s in a row is one
+            reply (a step row's whole target; each assistant turn of a conversation).
+
+    Returns:
+        ``tokens`` (mask 1), ``correct_tokens`` (of those, hits), ``replies`` (runs) and
+        ``exact_replies`` (runs whose every token is a hit: greedy decoding from the target's
+        own context, e.g. the expert's chat so far, writes that reply exactly).
+    """
+    m = mask.bool()
+    starts = m & ~F.pad(m[:, :-1], (1, 0), value=False)  # a run's first token
+    run = torch.cumsum(starts.flatten().long(), 0).view_as(m)  # run ids 1.., numbered across rows
+    replies = int(starts.sum())
+    missed = torch.unique(run[m & ~hits.bool()])  # runs with at least one token that is not the argmax
+    return {"tokens": int(m.sum()), "correct_tokens": int((m & hits.bool()).sum()), "replies": replies,
+            "exact_replies": replies - int(missed.numel())}
 
 
 # -------------------------------------------------------------------------------- schedule
@@ -98,8 +124,8 @@ def steps_per_epoch(num_rows: int, batch_size: int) -> int:
 
 
 def total_steps(num_rows: int, sft) -> int:
-    """Optimizer steps of the run: ``sft.max_steps`` if > 0, else ``sft.epochs`` passes."""
-    return sft.max_steps if sft.max_steps > 0 else sft.epochs * steps_per_epoch(num_rows, sft.batch_size)
+    """Optimizer steps of the run: ``sft.max_steps`` if >= 0, else ``sft.epochs`` passes."""
+    return sft.max_steps if sft.max_steps >= 0 else sft.epochs * steps_per_epoch(num_rows, sft.batch_size)
 
 
 def epoch_order(num_rows: int, seed: int, epoch: int) -> list[int]:
@@ -391,20 +417,27 @@ class SFTTrainer:
                 "perf/rows_per_min": 60.0 * len(rows) / dt, "perf/step_s": dt, **self.grad_ckpt.metrics()}
 
     @torch.no_grad()
-    def evaluate_loss(self, examples: list[SFTExample]) -> float:
-        """Token-mean reply loss (nats) over ``examples``, no dropout, no gradient."""
+    def evaluate(self, examples: list[SFTExample]) -> dict[str, float]:
+        """Held-out metrics over ``examples``, no dropout, no gradient: ``val/loss`` (token-mean
+        reply loss, nats), ``val/token_accuracy`` (share of reply tokens that are the model's
+        argmax, as TRL's SFT ``mean_token_accuracy``) and ``val/reply_exact`` (share of replies
+        that greedy decoding writes exactly from their own context, :func:`reply_match_counts`)."""
         self.model.eval()
         try:
-            tot, n = 0.0, 0
+            tot, counts = 0.0, {"tokens": 0, "correct_tokens": 0, "replies": 0, "exact_replies": 0}
             m = self.cfg.sft.micro_batch_size
             for k in range(0, len(examples), m):
-                mb = examples[k: k + m]
+                batch = collate_sft(examples[k: k + m], self.tokenizer.pad_token_id)
                 with self._autocast():
-                    tot += reply_token_nll(self.model, collate_sft(mb, self.tokenizer.pad_token_id)).sum().item()
-                n += sum(e.num_loss_tokens for e in mb)
+                    nll, hits = reply_token_nll(self.model, batch, argmax_hits=True)
+                tot += nll.sum().item()
+                for key, v in reply_match_counts(hits.cpu(), batch.response_mask).items():
+                    counts[key] += v
         finally:
             self.model.train()
-        return tot / max(1, n)
+        return {"val/loss": tot / max(1, counts["tokens"]),
+                "val/token_accuracy": counts["correct_tokens"] / max(1, counts["tokens"]),
+                "val/reply_exact": counts["exact_replies"] / max(1, counts["replies"])}
 
     def train(self) -> dict[str, float]:
         """Run the remaining optimizer steps with a progress bar; checkpoint every ``sft.save_freq``
@@ -415,11 +448,14 @@ class SFTTrainer:
 
         sft, last = self.cfg.sft, {}
         secs = tokens = rows = 0.0
-        saved = self.step
+        saved = start = self.step
         try:
             with tqdm(total=self.total_steps, initial=self.step, desc="serl sft", unit="step",
                       disable=not self.cfg.trainer.progress, file=sys.stderr, dynamic_ncols=True) as bar:
                 rows_shown = _RowsPostfix(bar)
+                if self.val_examples and sft.eval_on_start:
+                    last = self.evaluate(self.val_examples)
+                    self.logger.log(self.step, last)
                 while self.step < self.total_steps:
                     last = self.train_step(on_rows=rows_shown)
                     secs += last["perf/step_s"]
@@ -427,7 +463,7 @@ class SFTTrainer:
                     rows += last["perf/rows_per_min"] * last["perf/step_s"] / 60.0
                     done = self.step >= self.total_steps
                     if self.val_examples and (done or (sft.eval_freq and self.step % sft.eval_freq == 0)):
-                        last["val/loss"] = self.evaluate_loss(self.val_examples)
+                        last.update(self.evaluate(self.val_examples))
                     if done or self.step % sft.log_freq == 0:
                         self.logger.log(self.step, last)
                     if done or (sft.save_freq and self.step % sft.save_freq == 0):
@@ -436,7 +472,8 @@ class SFTTrainer:
                     rows_shown.last = f"loss {last['sft/loss']:.3f}, {last['perf/tokens_per_s']:.0f} tok/s"
                     bar.update(1)
                     bar.set_postfix_str(rows_shown.last)
-            self.export_model()
+            if self.step > start:  # an evaluation only (sft.eval_on_start, no step in this call) writes no model
+                self.export_model()
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (serl's handler raises a subclass)
             self._save_on_stop(saved)
             raise
