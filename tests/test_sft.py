@@ -327,6 +327,15 @@ def test_missing_or_bad_data_is_a_clear_error(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_a_held_out_row_that_trains_nothing_names_the_held_out_file(tiny_model_dir, tmp_path, rows_file):
+    """Every assistant turn of a held-out conversation at weight 0: the error names that file, not sft.data."""
+    val = tmp_path / "val.jsonl"
+    val.write_text(json.dumps({"messages": [{"role": "user", "content": "go"},
+                                            {"role": "assistant", "content": "ok", "weight": 0}]}) + "\n")
+    with pytest.raises(SerlError, match=r"SFT row 1 of .*val\.jsonl: .*no assistant token"):
+        SFTTrainer(_cfg(tiny_model_dir, tmp_path, rows_file, f"sft.val_data={val}"))
+
+
 def test_row_order_and_lr_schedule():
     e0, first = step_rows(10, 4, seed=3, step=0)
     _, second = step_rows(10, 4, seed=3, step=1)

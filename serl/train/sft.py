@@ -329,7 +329,7 @@ class SFTTrainer:
                                            self.device, 1, 2 if self.autocast_dtype else 4)
         self.data_sha256 = file_sha256(cfg.sft.data)
         self.examples = encode_rows(self.tokenizer, rows, cfg)
-        self.val_examples = encode_rows(self.tokenizer, val_rows, cfg) if val_rows else []
+        self.val_examples = encode_rows(self.tokenizer, val_rows, cfg, cfg.sft.val_data) if val_rows else []
         self.lr = cfg.sft.lr or (DEFAULT_LR_LORA if cfg.model.lora.r > 0 else DEFAULT_LR_FULL)
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
                                            lr=self.lr, weight_decay=cfg.sft.weight_decay)

@@ -202,19 +202,20 @@ def encode_row(tokenizer, row: dict[str, Any], max_prompt_length: int, max_respo
     return ex
 
 
-def encode_rows(tokenizer, rows: list[dict[str, Any]], cfg: Config) -> list[SFTExample]:
+def encode_rows(tokenizer, rows: list[dict[str, Any]], cfg: Config, source: Optional[str] = None) -> list[SFTExample]:
     """:func:`encode_row` on every row; warns with the number of cut prompts, replies and
-    conversations.
+    conversations. ``source``: the file the rows came from, for messages (default ``sft.data``).
 
     Raises:
-        SerlError: a conversation row cannot be rendered (the message names the row, 1-based).
+        SerlError: a conversation row cannot be rendered (the message names the file and the row, 1-based).
     """
     exs = []
+    source = source or cfg.sft.data or "the data"
     for i, r in enumerate(rows, 1):
         try:
             exs.append(encode_row(tokenizer, r, cfg.data.max_prompt_length, cfg.data.max_response_length))
         except (ValueError, TypeError) as e:
-            raise SerlError(f"SFT row {i} of {cfg.sft.data or 'the data'}: {e}") from e
+            raise SerlError(f"SFT row {i} of {source}: {e}") from e
     conv = [is_conversation(r) for r in rows]
     n_p = sum(e.prompt_truncated for e in exs)
     n_r = sum(e.response_truncated for e, c in zip(exs, conv) if not c)
