@@ -36,8 +36,10 @@ of all six types, but one epoch of SFT on those episodes made serl's conversatio
 worse (3 of 54 held-out games against 19): a target drawn at random cannot be predicted from the
 chat, so the model learnt to move and take, not to search. The list order is built for that (a
 target the chat determines); 7 SFT steps on 100 of its episodes did not teach it (none of the
-cold start's replies on 27 held-out games took up its reasoning); more of its data and steps are
-not measured yet.
+cold start's replies on 27 held-out games took up its reasoning). Against the expert's own
+held-out episodes (``serl sft``'s ``val/reply_exact``), such models write 34–41% of the sweep's
+later replies exactly but none of its first, the first turn, where the walkthroughs go straight to
+the object: they never start a sweep (docs: "ALFWorld", "Where the sweep is learnt").
 """
 
 from __future__ import annotations
