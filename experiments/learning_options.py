@@ -233,10 +233,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(serl eval --split train --num-tasks N: round-robin over the task types)")
     p.add_argument("--dagger-rows-per-episode", type=int, default=2,
                    help="serl data dagger --rows-per-episode: wrong states kept per episode (the first always)")
-    p.add_argument("--dagger-labels", choices=["all", "seen", "search"], default="all",
+    p.add_argument("--dagger-labels", choices=["all", "seen", "search", "sweep"], default="all",
                    help="serl data dagger --labels: all wrong states, seen: not the searches that only the "
                         "omniscient planner calls wrong, search: as seen, with a search's label where the "
-                        "planner's is a guess")
+                        "planner's is a guess, sweep: as search, the sweep expert's label")
     p.add_argument("--dagger-keep-won", action="store_true",
                    help="serl data dagger --keep-won: also train on each won episode whole")
     p.add_argument("--dagger-data", help="rows added to every DAgger round's SFT data besides the work folder's "

@@ -7,7 +7,7 @@
                [--expert walkthrough|planner|search|sweep] [--detours P]   (alfworld)
     serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
                [--num-tasks N] [--seed N] [--data-dir DIR]
-    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen|search] [--seed N]
+    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen|search|sweep] [--seed N]
 
 The ``expert`` command of ALFWorld and WebShop resumes: each finished episode is appended to
 ``FILE.jsonl.partial`` as it ends, and a rerun of the same command skips the tasks found there
@@ -264,9 +264,9 @@ def cmd_data_dagger(args) -> int:
              if args.labels != "all" else ""))
     for ty, (eps, won, lab, right) in sorted(s.by_type.items()):
         print(f"  {ty:<36} {won}/{eps} won, {right}/{lab} steps right")
-    searched = sum(r.get("label") == "search" for r in rows)
+    searched = sum(r.get("label") == args.labels for r in rows)
     print(f"  rows: {s.rows['dagger']} expert-labelled states"
-          + (f" ({searched} with a search's label)" if args.labels == "search" else "")
+          + (f" ({searched} with a {args.labels}'s label)" if args.labels in ("search", "sweep") else "")
           + (f", {s.rows['won']} won episodes" if args.keep_won else "")
           + f"; written to {args.out}")
     return 0
@@ -352,12 +352,14 @@ def add_data_parser(sub) -> None:
     dg.add_argument("--keep-won", action="store_true",
                     help="also keep each won episode whole, every reply trained (iterated action modeling, "
                     "arXiv 2104.07972)")
-    dg.add_argument("--labels", choices=["all", "seen", "search"], default="all",
+    dg.add_argument("--labels", choices=["all", "seen", "search", "sweep"], default="all",
                     help="which wrong states get a row: all (DAgger's), or seen: not those where the agent searched (a go to "
                     "a receptacle it has not been at, or open the one it is at) and the planner's label goes to "
                     "fetch an object the agent has not seen (the planner sees the whole game); search: as seen, and "
                     "where the planner's label fetches an unseen object, a search's label instead (open where it "
                     "stands, else go to the unvisited receptacle that the plans of these games find that object "
-                    "type in most often)")
+                    "type in most often); sweep: as search, with the sweep's label (open where it stands, else go "
+                    "to the first place of the first turn's list not visited, the reasoning saying so: "
+                    "serl data expert --expert sweep)")
     dg.add_argument("--seed", type=int, default=0, help="picks the states after the first mistake and the think templates")
     dg.set_defaults(fn=cmd_data_dagger)

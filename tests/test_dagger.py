@@ -19,8 +19,8 @@ from serl.envs.base import Task
 from serl.envs.pool import EnvPool
 from serl.errors import ConfigError, SerlError
 from serl.rollout.collector import Collector
-from serl.rollout.dagger import (DaggerSummary, dagger_rows, is_exploring, label_is_seen, labelled_states,
-                                 receptacle_prior, search_action, state_plans, step_labels)
+from serl.rollout.dagger import (LABEL_MODES, DaggerSummary, dagger_rows, is_exploring, label_is_seen, labelled_states,
+                                 receptacle_prior, search_action, state_plans, step_labels, sweep_action)
 from serl.rollout.engine import SamplingParams
 from serl.rollout.expert import ALFWORLD_THINK, _task_phrase, format_response
 from serl.train.sft_data import read_rows
@@ -218,6 +218,24 @@ def test_search_labels_replace_the_planners_guess_with_a_search():
         "go to desk 1", "go to desk 1"]  # no prior: the first unvisited in the first turn's list
 
 
+def test_sweep_labels_go_down_the_first_turns_list_and_say_so():
+    t = _search_traj()
+    t.steps[0].admissible_actions = ["go to bed 1", "go to shelf 1", "go to drawer 1", "go to desk 1"]  # the sweep's order
+    rows = dagger_rows(t, rows_per_episode=9, labels="sweep")
+    assert [(r["step"], r["expert_action"], r["label"]) for r in rows] == [
+        (1, "go to shelf 1", "sweep"),  # at bed 1: the list's next place, not the planner's desk (the pen unseen)
+        (4, "go to shelf 1", "sweep"),  # bed 1 arrived at, drawer 1 opened: shelf 1 is still the next
+        (6, "take pen 1 from desk 1", "planner"), (7, "go to desk 1", "planner")]  # the pen was seen
+    assert rows[0]["messages"][-1]["content"] == format_response(
+        "I have not seen a pen yet; shelf 1 is the first place on the list I have not been to.", "go to shelf 1")
+    assert "first place on the list" not in rows[2]["messages"][-1]["content"]  # the planner's: its reasoning template
+    assert sweep_action(t, 3) == (None, "open drawer 1")  # standing at a closed drawer: the caller's reasoning
+    assert sweep_action(t, 6) is None  # the plan's next action is no go to
+    t.steps[0].admissible_actions = ["go to bed 1"]  # every listed place visited: the planner's guess stands
+    assert [r["label"] for r in dagger_rows(t, rows_per_episode=9, labels="sweep")] == ["planner"] * 4
+    assert LABEL_MODES == ("all", "seen", "search", "sweep")
+
+
 def test_weight_key_of_conversation_rows(tmp_path):
     ok = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "weight": 0},
                        {"role": "user", "content": "c"}, {"role": "assistant", "content": "d", "weight": 1}]}
@@ -275,3 +293,6 @@ def test_serl_data_dagger_command(played, tmp_path, capsys):
     assert [r["step"] for r in read_rows(out)] == [1, 4, 6, 7]
     assert serl_main(["data", "dagger", str(src), "--out", str(out), "--labels", "search", "--rows-per-episode", "9"]) == 0
     assert "rows: 4 expert-labelled states (2 with a search's label)" in capsys.readouterr().out
+    assert serl_main(["data", "dagger", str(src), "--out", str(out), "--labels", "sweep", "--rows-per-episode", "9"]) == 0
+    assert "rows: 4 expert-labelled states (2 with a sweep's label)" in capsys.readouterr().out
+    assert [r["label"] for r in read_rows(out)] == ["sweep", "sweep", "planner", "planner"]

@@ -35,7 +35,11 @@ planner's ``go to`` the receptacle that holds it is a guess from the agent's sid
 gap of an omniscient expert), and the agent's own ``go to`` another receptacle it has not searched
 is no mistake; a first round on serl's cold start taught mostly such first-step ``go to`` guesses
 and made the policy cycle among receptacles. With ``labels="seen"`` such states get no row
-(:func:`labelled_states`). With ``keep_won`` a won episode is
+(:func:`labelled_states`). ``labels="search"`` and ``"sweep"`` drop them too, and where the
+planner's label of a wrong state is such a guess give a search's label instead:
+:func:`search_action` (where these games' plans find the object most often), or
+:func:`sweep_action` (the next place of ``serl data expert --expert sweep``'s sweep, with its
+reasoning, so the rows continue a sweep the chat has started). With ``keep_won`` a won episode is
 also kept whole with every reply trained (weight 1): the "iterated action modeling" round of Micheli
 & Fleuret, "Language Models are Few-Shot Butlers" (arXiv 2104.07972, Sec. 3.3).
 """
@@ -49,14 +53,15 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from serl.rollout.expert import ALFWORLD_THINK, _rng, _task_phrase, format_response
-from serl.rollout.expert_search import arrived_at, fetched_object, label_is_seen, object_type  # noqa: F401
+from serl.rollout.expert_search import arrived_at, fetched_object, label_is_seen, object_type, sweep_step  # noqa: F401
 from serl.trajectory import Trajectory
 
 #: the ``source`` of a row: a state the expert labelled, or a won episode kept whole
 ROW_SOURCES = ("dagger", "won")
 #: which wrong states get a row: every one, or not a search that only an omniscient expert calls
-#: wrong (:func:`labelled_states`); ``search`` as ``seen``, with a search's label where the planner's is a guess
-LABEL_MODES = ("all", "seen", "search")
+#: wrong (:func:`labelled_states`); ``search`` and ``sweep`` as ``seen``, with a search's label where the
+#: planner's is a guess (the receptacle prior's, or the sweep's: :func:`sweep_action`)
+LABEL_MODES = ("all", "seen", "search", "sweep")
 
 _TAKE = re.compile(r"^take (.+) from (.+)$")
 
@@ -139,6 +144,22 @@ def search_action(traj: Trajectory, t: int, prior: dict[str, Counter]) -> Option
     return "go to " + min(todo, key=lambda r: (-counts[object_type(r)], rooms.index(r)))
 
 
+def sweep_action(traj: Trajectory, t: int) -> Optional[tuple[Optional[str], str]]:
+    """The sweep's step from the state of step ``t`` for the object the planner's plan goes to
+    fetch (``serl data expert --expert sweep``'s search,
+    :func:`serl.rollout.expert_search.sweep_step`): ``open`` the closed receptacle the agent
+    stands at, else ``go to`` the first receptacle of the first turn's admissible ``go to`` list
+    it has neither arrived at nor opened. Returns ``(think, action)``, ``think`` the sweep's
+    reasoning (None for the ``open``: the caller's template), or None when the plan fetches
+    nothing or every receptacle was visited."""
+    plan = state_plans(traj)[t]
+    if not plan or fetched_object(plan) is None:
+        return None
+    seen = "\n".join(x.prompt for x in traj.steps[: t + 1])
+    places = [a[len("go to "):] for a in traj.steps[0].admissible_actions if a.startswith("go to ")]
+    return sweep_step(plan, seen, traj.steps[t].admissible_actions, places)
+
+
 def is_exploring(action: str, admissible: list[str], seen_text: str) -> bool:
     """Whether ``action`` searches: an admissible ``go to`` a receptacle the agent has not been
     at, or ``open`` the receptacle it stands at (read off the ``You arrive at R.`` observations
@@ -208,11 +229,12 @@ def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0, k
     with ``keep_won`` and a won episode, the episode itself too (conversation: one row, every reply
     weight 1; step layout: a row per step). With ``labels="search"`` a state whose planner label
     the agent could not know (:func:`label_is_seen`) gets :func:`search_action` with ``prior``
-    instead, where there is one.
+    instead, where there is one; with ``labels="sweep"``, :func:`sweep_action` and its reasoning
+    (the rows of ``serl data expert --expert sweep``).
 
     Each row also holds ``env``, ``task_id``, ``task_type``, ``source`` (:data:`ROW_SOURCES`),
     ``step``, ``episode_won``, and for a DAgger row ``policy_action`` / ``expert_action`` and
-    ``label`` (``planner`` or ``search``).
+    ``label`` (``planner``, ``search`` or ``sweep``).
 
     Raises:
         ValueError: ``rows_per_episode < 0``, ``labels`` not in :data:`LABEL_MODES`, or steps of
@@ -231,11 +253,12 @@ def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0, k
         rng = random.Random(f"serl-dagger/{seed}/{traj.task.key}/{'|'.join(s.action for s in traj.steps)}")
         picked = sorted([wrong[0]] + rng.sample(wrong[1:], min(len(wrong) - 1, rows_per_episode - 1)))
         for t in picked:
-            action, s, label = plans[t][0], traj.steps[t], "planner"
-            if labels == "search" and not label_is_seen(plans[t], "\n".join(x.prompt for x in traj.steps[: t + 1])):
-                found = search_action(traj, t, prior or {})
-                action, label = (found, "search") if found else (action, label)
-            reply = expert_reply(traj, t, action, seed)
+            action, s, label, think = plans[t][0], traj.steps[t], "planner", None
+            if labels in ("search", "sweep") and not label_is_seen(plans[t], "\n".join(x.prompt for x in traj.steps[: t + 1])):
+                found = sweep_action(traj, t) if labels == "sweep" else (None, search_action(traj, t, prior or {}))
+                if found and found[1]:
+                    (think, action), label = found, labels
+            reply = format_response(think, action) if think else expert_reply(traj, t, action, seed)
             meta = _meta(traj, "dagger", t, policy_action=s.action, expert_action=action, label=label)
             if conv:
                 msgs = _conversation(traj, t, 0) + [{"role": "user", "content": s.prompt},
