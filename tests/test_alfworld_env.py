@@ -254,3 +254,31 @@ def test_episode_metrics_by_hand():
     assert is_loop([s.action for s in stuck.steps]) and not is_loop(["a"] * 5)
     assert set(AlfWorldEnv.episode_metrics([won])) == {"alfworld_steps_to_win"}
     assert "alfworld_steps_to_win" not in AlfWorldEnv.episode_metrics([stuck])
+    assert "alfworld_lost_saw_object" not in m  # task id "g" names no object
+
+
+def test_lost_episodes_say_whether_they_saw_and_took_the_tasks_object():
+    # where a lost game stopped on the way to its object: never saw it, saw it, picked it up
+    from serl.envs.alfworld import AlfWorldEnv, target_object
+    from serl.trajectory import Step, Trajectory
+
+    game = "/d/json_2.1.1/valid_unseen/pick_heat_then_place_in_recep-Apple-None-Fridge-10/trial_T1/game.tw-pddl"
+    assert target_object(game) == "apple"
+    assert target_object(game.replace("Apple", "ButterKnife")) == "butterknife"
+    assert target_object("g") is None and target_object("/d/x/some-folder/trial/game.tw-pddl") is None
+
+    def lost(*feedback, gamefile=game):
+        steps = [Step(step_id=i, observation="", prompt="", prompt_ids=[1], response_ids=[2], response_text="a",
+                      action_mask=[1], action=f"a{i}", action_valid=True, feedback=f) for i, f in enumerate(feedback)]
+        return Trajectory(uid="u", traj_uid=str(len(feedback)), task=Task("alfworld", gamefile, "heat"), steps=steps)
+
+    blind = lost("You arrive at cabinet 1. On the cabinet 1, you see a pineapple 1.",  # "pineapple 1" is no apple
+                 "You arrive at countertop 1. On the countertop 1, you see a applesauce 2, and a cup 1.")
+    saw = lost("You arrive at countertop 1. On the countertop 1, you see a apple 3, and a cup 1.", "Nothing happens.")
+    took = lost("You arrive at countertop 1. On the countertop 1, you see a apple 3.",
+                "You pick up the apple 3 from the countertop 1.", "Nothing happens.")
+    other = lost("You pick up the cup 1 from the countertop 1.", gamefile="g")  # names no object: left out
+    m = AlfWorldEnv.episode_metrics([blind, saw, took, other])
+    assert m["alfworld_lost_saw_object"] == 2 / 3
+    assert m["alfworld_lost_took_object"] == 1 / 3
+    assert m["alfworld_receptacles_visited"] == 0  # the other keys still count all four lost episodes

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -107,6 +108,15 @@ def task_type_of(gamefile: str | os.PathLike) -> str:
     ``pick_heat_then_place_in_recep``). Verified equal to ``traj_data.task_type``
     (as ``alfworld/alfworld`` 0.4.2 does)."""
     return Path(gamefile).parent.parent.name.split("-", 1)[0]
+
+
+def target_object(gamefile: str | os.PathLike) -> str | None:
+    """The object type a game's task names, lower-case as the engine names its instances: the
+    task folder's second field (``.../pick_heat_then_place_in_recep-Apple-None-Fridge-10/trial_.../
+    game.tw-pddl`` -> ``apple``, whose instances are ``apple 1``, ...). None where the folder's
+    name is not ALFWorld's ``<type>-<Object>-<Parent>-<Receptacle>-<scene>``."""
+    parts = Path(gamefile).parent.parent.name.split("-")
+    return parts[1].lower() if len(parts) == 5 and parts[0] in TASK_TYPES else None
 
 
 def _read_game_json(path: Path) -> dict[str, Any]:
@@ -487,7 +497,13 @@ class AlfWorldEnv(BaseTextEnv):
         ``alfworld_loop_rate`` (the share that loop, :func:`is_loop`), ``alfworld_repeat_rate``
         (the share of their steps whose action repeats the step before) and
         ``alfworld_receptacles_visited`` (the mean number of distinct places they sent ``go to``:
-        a room has about 13–27). A key is absent when no episode is won, or none is lost."""
+        a room has about 13–27), and where they stopped on the way to the task's object
+        (:func:`target_object`; over the lost episodes whose game path names it):
+        ``alfworld_lost_saw_object``, the share in which an observation after an action names an
+        instance of it (``apple 2``), and ``alfworld_lost_took_object``, the share that picked one
+        up (the engine's ``You pick up the apple 2 from ...``). So a lost game is a search that never found
+        the object, a find not taken, or a failure after the take. A key is absent when no
+        episode is won, or none is lost (or, for the last two, none names its object)."""
         won = [t for t in trajectories if t.won]
         lost = [[s.action for s in t.steps] for t in trajectories if not t.won]
         out: dict[str, float] = {}
@@ -499,5 +515,17 @@ class AlfWorldEnv(BaseTextEnv):
                 max(1, sum(len(a) for a in lost))
             out["alfworld_receptacles_visited"] = sum(len({x[6:] for x in a if x.startswith("go to ")})
                                                       for a in lost) / len(lost)
-        return out
+        return {**out, **cls._object_metrics([t for t in trajectories if not t.won])}
 
+    @staticmethod
+    def _object_metrics(lost: Sequence[Any]) -> dict[str, float]:
+        named = [(t, target_object(t.task.task_id)) for t in lost]
+        named = [(t, obj) for t, obj in named if obj]
+        if not named:
+            return {}
+        saw = took = 0
+        for t, obj in named:
+            instance = re.compile(rf"\b{re.escape(obj)} \d+")
+            saw += any(instance.search(s.feedback or "") for s in t.steps)
+            took += any((s.feedback or "").startswith(f"You pick up the {obj} ") for s in t.steps)
+        return {"alfworld_lost_saw_object": saw / len(named), "alfworld_lost_took_object": took / len(named)}
