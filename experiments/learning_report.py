@@ -280,15 +280,17 @@ def _object_cell(workdir: Path, policy: str, label: str) -> str:
 
 
 def start_table(workdir: Path, splits: list[str]) -> list[str]:
-    """The start policies (the SFT start, and ``--compare-model`` as ``compare``) on every panel
+    """The start policies (the base model with ``--base-eval``, the SFT start, each DAgger round,
+    and ``--compare-model`` as ``compare``) on every panel
     split: games won, success per task type, mean steps of the won games, loops among the lost
     (:func:`serl.envs.alfworld.is_loop`), the moves that are the sweep expert's
     (:func:`sweep_agreement`; from ``trajectories.jsonl``, "—" without it), the lost games that saw
     and that took the task's object (``serl eval``'s ``alfworld_lost_saw_object`` and
-    ``alfworld_lost_took_object`` in ``metrics.json``, "—" without them); then the SFT start against ``compare`` paired game by game (exact McNemar,
+    ``alfworld_lost_took_object`` in ``metrics.json``, "—" without them); then the SFT start against each other one paired game by game (exact McNemar,
     :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
     rounds = sorted((d.name for d in (workdir / "eval").glob("dagger*") if d.name[6:].isdigit()), key=lambda n: int(n[6:]))
-    names = {"sft": "SFT start", **{r: f"DAgger round {r[6:]}" for r in rounds}, "compare": "compared model"}
+    names = {"base": "base model", "sft": "SFT start", **{r: f"DAgger round {r[6:]}" for r in rounds},
+             "compare": "compared model"}
     panels = {(p, x): _panel_rows(workdir, p, x) for p in names for x in splits}
     panels = {k: v for k, v in panels.items() if v}
     if not panels:
@@ -315,7 +317,7 @@ def start_table(workdir: Path, splits: list[str]) -> list[str]:
                 total = [total[0] + only_sft, total[1] + only_cmp]
                 pairs.append(f"| {x} ({len(both)}) | {only_sft} | {only_cmp} | {mcnemar_p(only_sft, only_cmp):.2g} |")
         if pairs:
-            who = "the compared model" if other == "compare" else names[other]
+            who = {"compare": "the compared model", "base": "the base model"}.get(other, names[other])
             lines += ["", f"| panel | only the SFT start wins | only {who} wins | McNemar p |", "|---|---|---|---|", *pairs]
             if len(pairs) > 1:
                 lines.append(f"| pooled | {total[0]} | {total[1]} | {mcnemar_p(*total):.2g} |")

@@ -307,6 +307,12 @@ def test_alfworld_report_start_policies_by_hand(tmp_path):
     assert lines[3] == "| DAgger round 1 | valid_unseen | 3/4 | 2/2 | 1/2 | 5.0 | 0/1 | — | — |"
     i = lines.index("| panel | only the SFT start wins | only DAgger round 1 wins | McNemar p |")
     assert lines[i + 2] == "| valid_unseen (4) | 0 | 1 | 1 |" and lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"
+    # --base-eval's panel: the first row, and the SFT start paired with it first
+    panel("base", [False, False, True, True], ["a", "b", "a", "b"], [6, 6, 3, 3], [loop, loop, ["x"] * 3, ["y"] * 3])
+    lines = start_table(tmp_path, ["valid_unseen"])
+    assert lines[2] == "| base model | valid_unseen | 2/4 | 1/2 | 1/2 | 3.0 | 2/2 | — | — |"
+    i = lines.index("| panel | only the SFT start wins | only the base model wins | McNemar p |")
+    assert lines[i + 2] == "| valid_unseen (4) | 2 | 2 | 1 |"
 
 
 def test_sweep_agreement_by_hand(tmp_path):
