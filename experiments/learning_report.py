@@ -281,13 +281,13 @@ def _object_cell(workdir: Path, policy: str, label: str) -> str:
 
 def start_table(workdir: Path, splits: list[str]) -> list[str]:
     """The start policies (the base model with ``--base-eval``, the SFT start, each DAgger round,
-    and ``--compare-model`` as ``compare``) on every panel
-    split: games won, success per task type, mean steps of the won games, loops among the lost
-    (:func:`serl.envs.alfworld.is_loop`), the moves that are the sweep expert's
-    (:func:`sweep_agreement`; from ``trajectories.jsonl``, "—" without it), the lost games that saw
-    and that took the task's object (``serl eval``'s ``alfworld_lost_saw_object`` and
-    ``alfworld_lost_took_object`` in ``metrics.json``, "—" without them); then the SFT start against each other one paired game by game (exact McNemar,
-    :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
+    and ``--compare-model`` as ``compare``) on every panel split: games won, success per task
+    type, mean steps of the won games, loops among the lost (:func:`serl.envs.alfworld.is_loop`),
+    the moves that are the sweep expert's (:func:`sweep_agreement`; from ``trajectories.jsonl``,
+    "—" without it), the lost games that saw and that took the task's object (``serl eval``'s
+    ``alfworld_lost_saw_object`` and ``alfworld_lost_took_object`` in ``metrics.json``, "—"
+    without them); then the SFT start against each other policy, paired game by game (exact
+    McNemar, :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
     rounds = sorted((d.name for d in (workdir / "eval").glob("dagger*") if d.name[6:].isdigit()), key=lambda n: int(n[6:]))
     names = {"base": "base model", "sft": "SFT start", **{r: f"DAgger round {r[6:]}" for r in rounds},
              "compare": "compared model"}

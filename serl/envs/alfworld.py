@@ -501,8 +501,8 @@ class AlfWorldEnv(BaseTextEnv):
         (:func:`target_object`; over the lost episodes whose game path names it):
         ``alfworld_lost_saw_object``, the share in which an observation after an action names an
         instance of it (``apple 2``), and ``alfworld_lost_took_object``, the share that picked one
-        up (the engine's ``You pick up the apple 2 from ...``). So a lost game is a search that never found
-        the object, a find not taken, or a failure after the take. A key is absent when no
+        up (the engine's ``You pick up the apple 2 from ...``). So a lost game is a search that
+        never found the object, a find not taken, or a failure after the take. A key is absent when no
         episode is won, or none is lost (or, for the last two, none names its object)."""
         won = [t for t in trajectories if t.won]
         lost = [[s.action for s in t.steps] for t in trajectories if not t.won]
