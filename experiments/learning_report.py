@@ -279,6 +279,13 @@ def _object_cell(workdir: Path, policy: str, label: str) -> str:
     return f"{m['alfworld_lost_saw_object']:.0%} / {m['alfworld_lost_took_object']:.0%}"
 
 
+def _decision_cell(workdir: Path, policy: str, label: str) -> str:
+    f = workdir / "eval" / policy / f"it000_{label}" / "metrics.json"
+    m = json.loads(f.read_text()) if f.exists() else {}
+    keys = ("alfworld_open_when_closed", "alfworld_take_when_takeable")
+    return " / ".join(f"{m[k]:.0%}" if k in m else "—" for k in keys) if any(k in m for k in keys) else "—"
+
+
 def start_table(workdir: Path, splits: list[str]) -> list[str]:
     """The start policies (the base model with ``--base-eval``, the SFT start, each DAgger round,
     and ``--compare-model`` as ``compare``) on every panel split: games won, success per task
@@ -286,8 +293,10 @@ def start_table(workdir: Path, splits: list[str]) -> list[str]:
     the moves that are the sweep expert's (:func:`sweep_agreement`; from ``trajectories.jsonl``,
     "—" without it), the lost games that saw and that took the task's object (``serl eval``'s
     ``alfworld_lost_saw_object`` and ``alfworld_lost_took_object`` in ``metrics.json``, "—"
-    without them); then the SFT start against each other policy, paired game by game (exact
-    McNemar, :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
+    without them), the opens of a closed place and the takes of the object where each is due
+    (``alfworld_open_when_closed``, ``alfworld_take_when_takeable``, "—" without them); then the
+    SFT start against each other policy, paired game by game (exact McNemar,
+    :func:`learning_stats.mcnemar_p`), per split and pooled. Empty without start panels."""
     rounds = sorted((d.name for d in (workdir / "eval").glob("dagger*") if d.name[6:].isdigit()), key=lambda n: int(n[6:]))
     names = {"base": "base model", "sft": "SFT start", **{r: f"DAgger round {r[6:]}" for r in rounds},
              "compare": "compared model"}
@@ -296,8 +305,9 @@ def start_table(workdir: Path, splits: list[str]) -> list[str]:
     if not panels:
         return []
     types = sorted({r.get("task_type", "") for v in panels.values() for r in v})
-    lines = ["| policy | split | won | " + " | ".join(types) + " | steps to win | loops / lost | sweep's moves | lost: saw / took the object |",
-             "|---|---|---|" + "---|" * len(types) + "---|---|---|---|"]
+    lines = ["| policy | split | won | " + " | ".join(types) + " | steps to win | loops / lost | sweep's moves | lost: saw / took the object "
+             "| opens a closed place / takes the object, where due |",
+             "|---|---|---|" + "---|" * len(types) + "---|---|---|---|---|"]
     for (p, x), rows in panels.items():
         won = [r for r in rows if r["won"]]
         per = [f"{sum(r['won'] for r in rows if r.get('task_type') == t)}/{sum(r.get('task_type') == t for r in rows)}"
@@ -306,7 +316,8 @@ def start_table(workdir: Path, splits: list[str]) -> list[str]:
         loops = f"{sum(is_loop(r['actions']) for r in lost)}/{len(lost)}" if all("actions" in r for r in lost) else "—"
         steps = f"{statistics.mean(r['length'] for r in won):.1f}" if won else "—"
         lines.append(f"| {names[p]} | {x} | {len(won)}/{len(rows)} | " + " | ".join(per)
-                     + f" | {steps} | {loops} | {_sweep_cell(workdir, p, x)} | {_object_cell(workdir, p, x)} |")
+                     + f" | {steps} | {loops} | {_sweep_cell(workdir, p, x)} | {_object_cell(workdir, p, x)}"
+                     f" | {_decision_cell(workdir, p, x)} |")
     for other in [p for p in names if p != "sft"]:
         pairs, total = [], [0, 0]
         for x in splits:

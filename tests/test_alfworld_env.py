@@ -282,3 +282,34 @@ def test_lost_episodes_say_whether_they_saw_and_took_the_tasks_object():
     assert m["alfworld_lost_saw_object"] == 2 / 3
     assert m["alfworld_lost_took_object"] == 1 / 3
     assert m["alfworld_receptacles_visited"] == 0  # the other keys still count all four lost episodes
+
+
+def test_state_metrics_count_the_opens_at_closed_places_and_the_takes_of_the_object():
+    # the two decisions of a search, at the states where each is due (hand-counted below)
+    from serl.envs.alfworld import AlfWorldEnv
+    from serl.trajectory import Step, Trajectory
+
+    game = "/d/json_2.1.1/valid_unseen/pick_heat_then_place_in_recep-Apple-None-Fridge-10/trial_T1/game.tw-pddl"
+
+    def episode(*states, gamefile=game, won=False):  # states: (observation, admissible actions, action)
+        steps = [Step(step_id=i, observation=o, prompt="", prompt_ids=[1], response_ids=[2], response_text=a,
+                      action_mask=[1], action=a, action_valid=True, admissible_actions=allowed,
+                      won=won and i == len(states) - 1) for i, (o, allowed, a) in enumerate(states)]
+        return Trajectory(uid="u", traj_uid=str(len(states)), task=Task("alfworld", gamefile, "heat"), steps=steps)
+
+    closed = "You arrive at cabinet 1. The cabinet 1 is closed."
+    skip = episode(("You are in the middle of a room.", ["go to cabinet 1"], "go to cabinet 1"),
+                   (closed, ["open cabinet 1", "go to cabinet 2"], "go to cabinet 2"),  # due, not opened
+                   ("You arrive at cabinet 2. The cabinet 2 is closed.", ["open cabinet 2"], "open cabinet 2"),  # opened
+                   ("You open the cabinet 2. In it, you see a apple 1.", ["take apple 1 from cabinet 2"], "look"))  # not taken
+    found = episode(("You arrive at countertop 1. On the countertop 1, you see a apple 3.",
+                     ["take apple 3 from countertop 1"], "take apple 3 from countertop 1"),  # taken
+                    ("You arrive at cabinet 4. The cabinet 4 is closed.", ["open cabinet 4"], "go to fridge 1"),
+                    won=True)  # the apple seen: the closed cabinet 4 is not due
+    unlisted = episode((closed, [], "go to cabinet 2"))  # no admissible actions: counts for neither
+    m = AlfWorldEnv.episode_metrics([skip, found, unlisted])
+    assert m["alfworld_open_when_closed"] == 1 / 2
+    assert m["alfworld_take_when_takeable"] == 1 / 2
+    assert "alfworld_take_when_takeable" not in AlfWorldEnv.episode_metrics([unlisted])
+    m = AlfWorldEnv.episode_metrics([episode((closed, ["open cabinet 1"], "open cabinet 1"), gamefile="g")])
+    assert m["alfworld_open_when_closed"] == 1.0 and "alfworld_take_when_takeable" not in m  # "g" names no object

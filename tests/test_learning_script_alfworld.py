@@ -296,21 +296,21 @@ def test_alfworld_report_start_policies_by_hand(tmp_path):
     panel("compare", [False, True, False, False], ["a", "b", "a", "b"], [6, 8, 6, 6], [loop, ["y"] * 8, loop, loop])
     assert is_loop(loop) and not is_loop(wander) and not is_loop(["a"] * 5)
     lines = start_table(tmp_path, ["valid_unseen"])
-    assert lines[2] == "| SFT start | valid_unseen | 2/4 | 1/2 | 1/2 | 5.0 | 1/2 | — | — |"
-    assert lines[3] == "| compared model | valid_unseen | 1/4 | 0/2 | 1/2 | 8.0 | 3/3 | — | — |"
+    assert lines[2] == "| SFT start | valid_unseen | 2/4 | 1/2 | 1/2 | 5.0 | 1/2 | — | — | — |"
+    assert lines[3] == "| compared model | valid_unseen | 1/4 | 0/2 | 1/2 | 8.0 | 3/3 | — | — | — |"
     assert lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"  # one game only the SFT start wins: McNemar p = 1
     assert lines[-3] == "| panel | only the SFT start wins | only the compared model wins | McNemar p |"
     assert start_table(tmp_path, ["valid_seen"]) == []
     # a DAgger round's panel: a row of its own, paired with the SFT start before the compared model
     panel("dagger1", [True, True, True, False], ["a", "b", "a", "b"], [4, 5, 6, 6], [["x"] * 4, ["y"] * 5, ["z"] * 6, wander])
     lines = start_table(tmp_path, ["valid_unseen"])
-    assert lines[3] == "| DAgger round 1 | valid_unseen | 3/4 | 2/2 | 1/2 | 5.0 | 0/1 | — | — |"
+    assert lines[3] == "| DAgger round 1 | valid_unseen | 3/4 | 2/2 | 1/2 | 5.0 | 0/1 | — | — | — |"
     i = lines.index("| panel | only the SFT start wins | only DAgger round 1 wins | McNemar p |")
     assert lines[i + 2] == "| valid_unseen (4) | 0 | 1 | 1 |" and lines[-1] == "| valid_unseen (4) | 1 | 0 | 1 |"
     # --base-eval's panel: the first row, and the SFT start paired with it first
     panel("base", [False, False, True, True], ["a", "b", "a", "b"], [6, 6, 3, 3], [loop, loop, ["x"] * 3, ["y"] * 3])
     lines = start_table(tmp_path, ["valid_unseen"])
-    assert lines[2] == "| base model | valid_unseen | 2/4 | 1/2 | 1/2 | 3.0 | 2/2 | — | — |"
+    assert lines[2] == "| base model | valid_unseen | 2/4 | 1/2 | 1/2 | 3.0 | 2/2 | — | — | — |"
     i = lines.index("| panel | only the SFT start wins | only the base model wins | McNemar p |")
     assert lines[i + 2] == "| valid_unseen (4) | 2 | 2 | 1 |"
 
@@ -345,10 +345,13 @@ def test_sweep_agreement_by_hand(tmp_path):
     assert sweep_agreement(out / "trajectories.jsonl") == (4, 5)
     (out / "tasks.jsonl").write_text("".join(json.dumps({"task_id": f"g{i}", "won": False, "task_type": "a", "length": 2})
                                              + "\n" for i in range(2)))
-    assert start_table(tmp_path, ["valid_unseen"])[2].endswith("| 4/5 (80%) | — |")
+    assert start_table(tmp_path, ["valid_unseen"])[2].endswith("| 4/5 (80%) | — | — |")
     # serl eval's metrics.json: the lost games that saw and that took the task's object
     (out / "metrics.json").write_text(json.dumps({"alfworld_lost_saw_object": 0.5, "alfworld_lost_took_object": 0.25}))
-    assert start_table(tmp_path, ["valid_unseen"])[2].endswith("| 4/5 (80%) | 50% / 25% |")
+    assert start_table(tmp_path, ["valid_unseen"])[2].endswith("| 4/5 (80%) | 50% / 25% | — |")
+    # and where the two decisions of a search were due, the share made (an eval without such states: "—")
+    (out / "metrics.json").write_text(json.dumps({"alfworld_open_when_closed": 0.5}))
+    assert start_table(tmp_path, ["valid_unseen"])[2].endswith("| 4/5 (80%) | — | 50% / — |")
 
 
 @pytest.mark.parametrize("leg,extra,sft_settings,evals", [

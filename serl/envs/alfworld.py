@@ -110,6 +110,10 @@ def task_type_of(gamefile: str | os.PathLike) -> str:
     return Path(gamefile).parent.parent.name.split("-", 1)[0]
 
 
+#: a closed place in an observation: ``You arrive at cabinet 3. The cabinet 3 is closed.``
+_CLOSED = re.compile(r"The (.+?) is closed\.")
+
+
 def target_object(gamefile: str | os.PathLike) -> str | None:
     """The object type a game's task names, lower-case as the engine names its instances: the
     task folder's second field (``.../pick_heat_then_place_in_recep-Apple-None-Fridge-10/trial_.../
@@ -502,8 +506,13 @@ class AlfWorldEnv(BaseTextEnv):
         ``alfworld_lost_saw_object``, the share in which an observation after an action names an
         instance of it (``apple 2``), and ``alfworld_lost_took_object``, the share that picked one
         up (the engine's ``You pick up the apple 2 from ...``). So a lost game is a search that
-        never found the object, a find not taken, or a failure after the take. A key is absent when no
-        episode is won, or none is lost (or, for the last two, none names its object)."""
+        never found the object, a find not taken, or a failure after the take. Over every episode,
+        at the states of two decisions a searching agent must make (:meth:`_state_metrics`):
+        ``alfworld_open_when_closed``, the share of states with a closed place in front of the
+        agent, before its object was named, whose action opens that place; and
+        ``alfworld_take_when_takeable``, the share of states where a ``take`` of the task's object
+        is admissible whose action is one. A key is absent when no episode is won, or none is lost
+        (or, for the object keys, none names its object; for the last two, no such state)."""
         won = [t for t in trajectories if t.won]
         lost = [[s.action for s in t.steps] for t in trajectories if not t.won]
         out: dict[str, float] = {}
@@ -515,7 +524,33 @@ class AlfWorldEnv(BaseTextEnv):
                 max(1, sum(len(a) for a in lost))
             out["alfworld_receptacles_visited"] = sum(len({x[6:] for x in a if x.startswith("go to ")})
                                                       for a in lost) / len(lost)
-        return {**out, **cls._object_metrics([t for t in trajectories if not t.won])}
+        lost_episodes = [t for t in trajectories if not t.won]
+        return {**out, **cls._object_metrics(lost_episodes), **cls._state_metrics(trajectories)}
+
+    @staticmethod
+    def _state_metrics(trajectories: Sequence[Any]) -> dict[str, float]:
+        """``alfworld_open_when_closed`` and ``alfworld_take_when_takeable`` (:meth:`episode_metrics`).
+        A closed place in front: the state's observation says ``The R is closed.`` and ``open R``
+        is admissible, and no observation up to it names an instance of the task's object
+        (:func:`target_object`; ``apple 2``); the action opens it if it is ``open R``. A takeable
+        object: an admissible action starts with ``take <object> ``. Steps without admissible
+        actions count for neither."""
+        closed = opened = takeable = took = 0
+        for t in trajectories:
+            obj = target_object(t.task.task_id)
+            instance = re.compile(rf"\b{re.escape(obj)} \d+") if obj else None
+            seen = False
+            for s in t.steps:
+                obs, action, allowed = s.observation or "", s.action or "", s.admissible_actions or []
+                seen = seen or bool(instance and instance.search(obs))
+                if obj and any(a.startswith(f"take {obj} ") for a in allowed):
+                    takeable += 1
+                    took += action.startswith(f"take {obj} ")
+                elif not seen and (m := _CLOSED.search(obs)) and f"open {m.group(1)}" in allowed:
+                    closed += 1
+                    opened += action == f"open {m.group(1)}"
+        out = {"alfworld_open_when_closed": opened / closed} if closed else {}
+        return {**out, **({"alfworld_take_when_takeable": took / takeable} if takeable else {})}
 
     @staticmethod
     def _object_metrics(lost: Sequence[Any]) -> dict[str, float]:
