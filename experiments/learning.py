@@ -213,6 +213,7 @@ class Experiment:
             return self.expert_math(out)
         keep = ["--min-score", str(self.a.expert_min_score)] if self.a.env == "webshop" else []
         keep += ["--expert", self.a.expert] if self.a.expert else []
+        keep += ["--think", self.a.think] if self.a.expert == "sweep" and self.a.think != "task" else []
         self.timed("expert", lambda: self.serl(
             "data", "expert", self.a.env, *self.common(), "--split", "train", "--num-tasks", str(self.a.expert_tasks),
             "--seed", str(self.a.expert_seed), *keep, "--out", str(out)))
@@ -262,7 +263,8 @@ class Experiment:
                 keep = ["--keep-won"] if self.a.dagger_keep_won else []
                 self.serl("data", "dagger", str(play / "trajectories.jsonl"), "--out", str(rows),
                           "--rows-per-episode", str(self.a.dagger_rows_per_episode), *keep,
-                          "--labels", self.a.dagger_labels, "--seed", str(r))
+                          "--labels", self.a.dagger_labels, "--seed", str(r),
+                          *(["--think", self.a.think] if self.a.dagger_labels == "sweep" and self.a.think != "task" else []))
             if not data.exists():  # DAgger's aggregate: the expert rows and every round's rows so far
                 parts = [Path(x) for x in (self.a.dagger_data, self.w / "expert.jsonl") if x and Path(x).exists()]
                 parts += [self.w / "dagger" / f"r{k}" / "rows.jsonl" for k in range(1, r + 1)]

@@ -172,6 +172,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--expert", choices=["walkthrough", "planner", "search", "sweep"],
                    help="alfworld: which expert plays the expert phase's games (`serl data expert --expert`); "
                         "default the walkthroughs")
+    p.add_argument("--think", choices=["task", "state"], default="task",
+                   help="alfworld, the sweep's replies (--expert sweep, --dagger-labels sweep): `serl data expert "
+                        "--think` / `serl data dagger --think`; state: the reasoning names what the agent sees")
     p.add_argument("--expert-seed", type=int, default=0)
     p.add_argument("--expert-min-score", type=float, default=1.0,
                    help="webshop: keep oracle episodes whose score is at least this (1.0 = won)")
@@ -297,6 +300,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--dagger-data {a.dagger_data}: no such file")
     if a.expert and (a.env != "alfworld" or a.expert_file or a.sft_model):
         p.error("--expert is for --env alfworld's expert phase (not with --expert-file or --sft-model)")
+    if a.think != "task" and a.expert != "sweep" and a.dagger_labels != "sweep":
+        p.error("--think state is for the sweep: --expert sweep or --dagger-labels sweep")
     if a.expert_file and a.sft_model:
         p.error("--expert-file and --sft-model exclude each other (--sft-model skips the expert and SFT phases)")
     return a

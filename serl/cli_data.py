@@ -4,10 +4,10 @@
     serl data download {alfworld,dapo_math17k} [--dest DIR]
     serl data expert {alfworld,webshop} [recipe=NAME] [key=value ...] --out FILE.jsonl [--split S]
                [--num-tasks N] [--seed N] [--shard I/N] [--data-dir DIR] [--min-score X] [--max-steps N]
-               [--expert walkthrough|planner|search|sweep] [--detours P]   (alfworld)
+               [--expert walkthrough|planner|search|sweep] [--think task|state] [--detours P]   (alfworld)
     serl data expert math [recipe=NAME] [key=value ...] --out FILE.jsonl [--split train|test]
                [--num-tasks N] [--seed N] [--data-dir DIR]
-    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen|search|sweep] [--seed N]
+    serl data dagger TRAJECTORIES.jsonl... --out FILE.jsonl [--rows-per-episode K] [--keep-won] [--labels all|seen|search|sweep] [--think task|state] [--seed N]
 
 The ``expert`` command of ALFWorld and WebShop resumes: each finished episode is appended to
 ``FILE.jsonl.partial`` as it ends, and a rerun of the same command skips the tasks found there
@@ -140,6 +140,9 @@ def cmd_data_expert(args) -> int:
     if args.detours and (args.env != "alfworld" or args.expert in ("planner", "search", "sweep") or not 0.0 < args.detours <= 1.0):
         raise ConfigError(f"--detours is a probability in (0, 1] for alfworld's walkthrough expert; got "
                           f"{args.detours} for {args.env}" + (f" --expert {args.expert}" if args.expert in ("planner", "search", "sweep") else ""))
+    if args.think != "task" and (args.env != "alfworld" or args.expert != "sweep"):
+        raise ConfigError(f"--think {args.think} is for alfworld's sweep (--expert sweep); got {args.env}"
+                          + (f" --expert {args.expert}" if args.expert else ""))
     if args.env == "math":
         return _data_expert_math(args)
     import time
@@ -173,6 +176,7 @@ def cmd_data_expert(args) -> int:
     header = {"env": args.env, "split": args.split, "num_tasks": args.num_tasks, "seed": args.seed,
               "shard": [shard, shards], "expert": args.expert, "min_score": args.min_score, "max_steps": max_steps,
               **({"detours": args.detours} if args.detours else {}),
+              **({"think": args.think} if args.think != "task" else {}),
               "recipe": recipe, "overrides": overrides}
     journal = ExpertJournal(args.out + ".partial", header)
     todo = [t for t in tasks if t.task_id not in journal.done()]
@@ -195,7 +199,7 @@ def cmd_data_expert(args) -> int:
                            max_prompt_length=cfg.data.max_prompt_length, max_steps=max_steps, seed=args.seed,
                            min_score=args.min_score, on_episode=on_episode, expert=args.expert,
                            prompt_layout=cfg.env.prompt_layout, turn_actions=cfg.env.turn_actions,
-                           detours=args.detours)
+                           detours=args.detours, think=args.think)
         planner = env.expert_stats.as_dict() if args.expert in ("planner", "search", "sweep") else None
     finally:
         env.close()
@@ -239,6 +243,8 @@ def cmd_data_dagger(args) -> int:
 
     if args.rows_per_episode < 0:
         raise SerlError(f"--rows-per-episode must be >= 0, got {args.rows_per_episode}")
+    if args.think != "task" and args.labels != "sweep":
+        raise SerlError(f"--think {args.think} is for the sweep's labels (--labels sweep), got --labels {args.labels}")
     rows, summary, files = [], DaggerSummary(), []
     for path in args.trajectories:
         if not Path(path).is_file():
@@ -253,7 +259,7 @@ def cmd_data_dagger(args) -> int:
     prior = receptacle_prior([t for trajs in files for t in trajs]) if args.labels == "search" else None
     for t in (t for trajs in files for t in trajs):
         made = dagger_rows(t, rows_per_episode=args.rows_per_episode, seed=args.seed, keep_won=args.keep_won,
-                           labels=args.labels, prior=prior)
+                           labels=args.labels, prior=prior, think=args.think)
         summary.add(t, made, args.labels)
         rows += made
     write_rows(args.out, rows)
@@ -329,6 +335,11 @@ def add_data_parser(sub) -> None:
                     "search: the planner, but where it would fetch an object no turn has named, it opens "
                     "the closed receptacle it stands at or goes to one not visited yet, drawn at random "
                     "(serl.rollout.expert_search); sweep: the same search, in the order of the first turn's list")
+    ex.add_argument("--think", choices=["task", "state"], default="task",
+                    help="alfworld --expert sweep: the replies' reasoning; task (default): the walkthroughs' "
+                    "sentences that name the task (the sweep's go-to sentence aside); state: a sentence that "
+                    "names what the agent sees and why the action follows ('The cabinet 3 is closed and I "
+                    "have not seen a mug yet, so I open it.', 'The mug 1 is here, so I take it.')")
     ex.add_argument("--max-steps", type=int, default=None,
                     help="episode step limit (default: the env's own, ALFWorld 50 / WebShop 15; "
                     "env.max_steps of the RL recipe is not used; not for math)")
@@ -361,5 +372,8 @@ def add_data_parser(sub) -> None:
                     "type in most often); sweep: as search, with the sweep's label (open where it stands, else go "
                     "to the first place of the first turn's list not visited, the reasoning saying so: "
                     "serl data expert --expert sweep)")
+    dg.add_argument("--think", choices=["task", "state"], default="task",
+                    help="with --labels sweep: the rows' reasoning, as serl data expert --think (state: what the "
+                    "agent sees and why the label follows)")
     dg.add_argument("--seed", type=int, default=0, help="picks the states after the first mistake and the think templates")
     dg.set_defaults(fn=cmd_data_dagger)

@@ -234,6 +234,19 @@ def test_sweep_labels_go_down_the_first_turns_list_and_say_so():
     t.steps[0].admissible_actions = ["go to bed 1"]  # every listed place visited: the planner's guess stands
     assert [r["label"] for r in dagger_rows(t, rows_per_episode=9, labels="sweep")] == ["planner"] * 4
     assert LABEL_MODES == ("all", "seen", "search", "sweep")
+    # with the state's reasoning every row says what the agent sees
+    t.steps[0].admissible_actions = ["go to bed 1", "go to shelf 1", "go to drawer 1", "go to desk 1"]
+    replies = [r["messages"][-1]["content"] for r in dagger_rows(t, rows_per_episode=9, labels="sweep", think="state")]
+    assert replies == [
+        format_response("I have not seen a pen yet; shelf 1 is the first place on the list I have not been to.", "go to shelf 1"),
+        format_response("I have not seen a pen yet; shelf 1 is the first place on the list I have not been to.", "go to shelf 1"),
+        format_response("The pen 1 is here, so I take it.", "take pen 1 from desk 1"),
+        format_response("I saw the pen 1 at the desk 1, so I go there.", "go to desk 1")]
+    t.steps[0].admissible_actions = ["go to bed 1"]  # every listed place visited: the planner's guess, said as one
+    assert dagger_rows(t, rows_per_episode=9, labels="sweep", think="state")[0]["messages"][-1]["content"] == \
+        format_response("I have not found a pen; I go to the desk 1.", "go to desk 1")
+    with pytest.raises(ValueError, match="'state' is for the sweep's labels"):
+        dagger_rows(t, labels="seen", think="state")
 
 
 def test_weight_key_of_conversation_rows(tmp_path):

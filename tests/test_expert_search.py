@@ -111,6 +111,65 @@ def test_sweep_follows_the_first_turns_list_and_says_so(train_tasks):
         AlfWorldSearchExpert(train_tasks[0], 0, lambda *a: "", order="prior")
 
 
+def test_state_think_names_what_the_agent_sees():
+    from serl.rollout.expert_search import state_think
+
+    fetch = ["go to countertop 2", "open countertop 2", "take mug 1 from countertop 2", "go to shelf 1"]
+    cases = [
+        (("go to cabinet 3", fetch, "apple"), "I have not seen an apple yet; cabinet 3 is the first place on the list I have not been to."),
+        (("open cabinet 3", fetch, "mug"), "The cabinet 3 is closed and I have not seen a mug yet, so I open it."),
+        (("open fridge 1", ["open fridge 1", "cool mug 1 with fridge 1"], None), "The fridge 1 is closed, so I open it."),
+        (("take mug 1 from countertop 2", fetch[2:], None), "The mug 1 is here, so I take it."),
+        (("use desklamp 1", ["use desklamp 1"], None), "The desklamp 1 is here, so I use it."),
+        (("go to countertop 2", fetch, None), "I saw the mug 1 at the countertop 2, so I go there."),  # past the open
+        (("go to microwave 1", ["go to microwave 1", "heat mug 1 with microwave 1"], None),
+         "I have the mug 1, so I go to the microwave 1 to heat it."),
+        (("go to shelf 1", ["go to shelf 1", "move mug 1 to shelf 1"], None), "I have the mug 1, so I go to the shelf 1 to put it there."),
+        (("go to shelf 1", ["go to shelf 1"], None), "I go to the shelf 1."),
+        (("clean mug 1 with sinkbasin 1", [], None), "I have the mug 1 and I am at the sinkbasin 1, so I clean it."),
+        (("move mug 1 to shelf 1", [], None), "I have the mug 1 and I am at the shelf 1, so I put it there."),
+        (("close fridge 1", [], None), "The next step is to close fridge 1."),
+        # a go to that is not the plan's first action has no purpose read off the plan
+        (("go to countertop 2", ["go to shelf 1", "take mug 1 from shelf 1"], None), "I go to the countertop 2."),
+    ]
+    for (action, plan, searching), want in cases:
+        assert state_think(action, plan, searching) == want, action
+    assert state_think("go to countertop 2", fetch, seen=False) == "I have not found a mug; I go to the countertop 2."
+
+
+def test_sweep_with_state_think_says_what_it_sees_at_every_reply(train_tasks):
+    from serl.envs.base import EnvError, StepResult
+
+    def state(obs, admissible):
+        return StepResult(observation=obs, reward=0.0, done=False, won=False, admissible_actions=admissible,
+                          task="Your task is to: put some apple on drawer 2.", info={})
+
+    env = _FakeEnv(["go to cabinet 1", "take apple 1 from cabinet 1", "go to drawer 2", "move apple 1 to drawer 2"])
+    expert = make_expert(train_tasks[0], 0, "sweep", think="state")
+    first = ["go to drawer 1", "go to countertop 1", "go to cabinet 1", "inventory", "look"]
+    assert expert.act(env, state("You are in the middle of a room.", first), 0) == (
+        "I have not seen an apple yet; drawer 1 is the first place on the list I have not been to.", "go to drawer 1")
+    assert expert.act(env, state("You arrive at drawer 1. The drawer 1 is closed.", first + ["open drawer 1"]), 1) == (
+        "The drawer 1 is closed and I have not seen an apple yet, so I open it.", "open drawer 1")
+    arrive = state("You arrive at cabinet 1. On the cabinet 1, you see a apple 1.", first + ["take apple 1 from cabinet 1"])
+    env.plan = env.plan[1:]  # the planner's own action from here: the apple is in sight
+    assert expert.act(env, arrive, 2) == ("The apple 1 is here, so I take it.", "take apple 1 from cabinet 1")
+    env.plan = env.plan[1:]
+    assert expert.act(env, state("You pick up the apple 1.", first), 3) == (
+        "I have the apple 1, so I go to the drawer 2 to put it there.", "go to drawer 2")
+    assert expert.searches == 2
+    # the task templates are the default: the open's reasoning names the task, not the closed drawer
+    task_think = make_expert(train_tasks[0], 0, "sweep")
+    env.plan = ["go to cabinet 1", "take apple 1 from cabinet 1"]
+    task_think.act(env, state("You are in the middle of a room.", first), 0)
+    think, action = task_think.act(env, state("You arrive at drawer 1. The drawer 1 is closed.", first + ["open drawer 1"]), 1)
+    assert action == "open drawer 1" and "closed" not in think and "put some apple on drawer 2" in think
+    with pytest.raises(EnvError, match="'state'"):
+        make_expert(train_tasks[0], 0, "planner", think="state")
+    with pytest.raises(ValueError, match="think mode"):
+        AlfWorldSearchExpert(train_tasks[0], 0, lambda *a: "", order="random", think_mode="state")
+
+
 def test_sweep_wins_the_shipped_games_going_down_the_list(alf_env, train_tasks, tokenizer):
     rows, summary = collect_expert(alf_env, train_tasks, tokenizer, history_length=2, max_prompt_length=8000,
                                    max_steps=50, seed=0, expert="sweep", prompt_layout="conversation",
@@ -203,6 +262,28 @@ def test_cli_search_expert(tmp_path, tiny_model_dir, capsys):
     assert main(["data", "expert", "alfworld", "--expert", "search", "--detours", "0.5",
                  "--out", str(tmp_path / "x.jsonl")]) != 0
     assert "--detours" in capsys.readouterr().err
+    assert main(["data", "expert", "alfworld", "--expert", "search", "--think", "state",
+                 "--out", str(tmp_path / "x.jsonl")]) != 0
+    assert "--think state is for alfworld's sweep" in capsys.readouterr().err
+
+
+def test_cli_sweep_with_state_think(tmp_path, tiny_model_dir):
+    from serl.cli import main
+
+    out = tmp_path / "s.jsonl"
+    assert main(["data", "expert", "alfworld", f"model.path={tiny_model_dir}", "env.prompt_layout=conversation",
+                 "--num-tasks", "1", "--seed", "4", "--expert", "sweep", "--think", "state",
+                 "--data-dir", str(fixture_data_dir()), "--out", str(out)]) == 0
+    row = json.loads(out.read_text())
+    replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+    assert row["won"] and len(replies) == len(row["actions"])
+    templates = ("To ", "My task is to", "I need to")  # the task templates of serl.rollout.expert.ALFWORLD_THINK
+    assert not any(r.startswith("<think>" + t) for r in replies for t in templates), replies
+    for reply, action in zip(replies, row["actions"]):
+        if action.startswith("open "):
+            assert f"The {action[5:]} is closed" in reply
+        if action.startswith("take "):
+            assert f"The {action[5:].split(' from ')[0]} is here, so I take it." in reply
 
 
 @pytest.mark.parametrize("name", ["searching", "Search"])

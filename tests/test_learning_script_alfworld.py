@@ -428,7 +428,13 @@ def test_dagger_leg_plays_labels_fine_tunes_and_compares_without_rl(tmp_path, mo
     assert play[play.index("--num-tasks") + 1] == "120" and play[play.index("--split") + 1] == "train"
     rows = fake.calls[1]
     assert "--keep-won" in rows and rows[rows.index("--labels") + 1] == "seen"
-    assert rows[rows.index("--rows-per-episode") + 1] == "4"
+    assert rows[rows.index("--rows-per-episode") + 1] == "4" and "--think" not in rows
+    sweep = FakeSerl()
+    run_experiment(parse_args([f"@{REPO_ROOT / 'experiments' / 'legs' / 'alfworld_dagger.args'}", "--workdir",
+                               str(tmp_path / "ws"), "--sft-model", str(cold), "--data-dir", "DATA",
+                               "--dagger-labels", "sweep", "--think", "state"]), sweep, monkeypatch)
+    assert sweep.calls[1][sweep.calls[1].index("--labels"):][:2] == ["--labels", "sweep"]
+    assert sweep.calls[1][sweep.calls[1].index("--think") + 1] == "state"
     (sft,) = [c for c in fake.calls if c[0] == "sft"]
     assert "sft.epochs=1" in sft and f"model.path={cold}" in sft
     got = {(Path(c[-1]).parent.name, Path(c[-1]).name) for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}
@@ -452,12 +458,18 @@ def test_search_cold_start_leg_makes_the_experts_episodes_and_pairs_the_panels(t
     data = fake.calls[0]
     assert data[:3] == ["data", "expert", "alfworld"] and "recipe=cpu_conversation" in data
     assert [data[data.index(f) + 1] for f in ("--expert", "--num-tasks", "--seed", "--split")] == ["sweep", "300", "7", "train"]
+    assert "--think" not in data  # the default: the task templates
+    fake_state = FakeSerl()
+    run_experiment(parse_args([leg, "--expert", "sweep", "--think", "state", "--workdir", str(tmp_path / "ws"),
+                               "--data-dir", "DATA"]), fake_state, monkeypatch)
+    assert fake_state.calls[0][fake_state.calls[0].index("--think") + 1] == "state"
     (sft,) = [c for c in fake.calls if c[0] == "sft"]
     assert "model.lora.r=8" in sft and "sft.micro_batch_size=1" in sft and not any(x.startswith("model.path=") for x in sft)
     got = {Path(c[-1]).parent.name for c in fake.calls if c[0] == "eval" and "/eval/" in c[-1]}
     assert got == {"sft", "base"} and all("--greedy" in c for c in fake.calls if c[0] == "eval")
     rows = tmp_path / "rows.jsonl"
     rows.write_text("{}\n")
-    for bad in ([leg, "--expert", "sweep", "--expert-file", str(rows)], ["--env", "math", "--expert", "sweep"]):
+    for bad in ([leg, "--expert", "sweep", "--expert-file", str(rows)], ["--env", "math", "--expert", "sweep"],
+                [leg, "--expert", "search", "--think", "state"]):
         with pytest.raises(SystemExit):
             parse_args(bad)

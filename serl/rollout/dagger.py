@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from serl.rollout.expert import ALFWORLD_THINK, _rng, _task_phrase, format_response
-from serl.rollout.expert_search import arrived_at, fetched_object, label_is_seen, object_type, sweep_step  # noqa: F401
+from serl.rollout.expert_search import (arrived_at, fetched_object, label_is_seen, object_type,  # noqa: F401
+                                        state_think, sweep_step)
 from serl.trajectory import Trajectory
 
 #: the ``source`` of a row: a state the expert labelled, or a won episode kept whole
@@ -223,25 +224,30 @@ def labelled_states(traj: Trajectory, labels: str = "all") -> list[int]:
 
 
 def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0, keep_won: bool = False,
-                labels: str = "all", prior: Optional[dict[str, Counter]] = None) -> list[dict[str, Any]]:
+                labels: str = "all", prior: Optional[dict[str, Counter]] = None,
+                think: str = "task") -> list[dict[str, Any]]:
     """The SFT rows of one trajectory (module docstring): up to ``rows_per_episode`` states where
     the policy went wrong (:func:`labelled_states` with ``labels``), each with the expert's reply;
     with ``keep_won`` and a won episode, the episode itself too (conversation: one row, every reply
     weight 1; step layout: a row per step). With ``labels="search"`` a state whose planner label
     the agent could not know (:func:`label_is_seen`) gets :func:`search_action` with ``prior``
     instead, where there is one; with ``labels="sweep"``, :func:`sweep_action` and its reasoning
-    (the rows of ``serl data expert --expert sweep``).
+    (the rows of ``serl data expert --expert sweep``); with ``think="state"`` too, every row's
+    reasoning is :func:`~serl.rollout.expert_search.state_think`'s (``serl data expert --think state``).
 
     Each row also holds ``env``, ``task_id``, ``task_type``, ``source`` (:data:`ROW_SOURCES`),
     ``step``, ``episode_won``, and for a DAgger row ``policy_action`` / ``expert_action`` and
     ``label`` (``planner``, ``search`` or ``sweep``).
 
     Raises:
-        ValueError: ``rows_per_episode < 0``, ``labels`` not in :data:`LABEL_MODES`, or steps of
-            another prompt format (e.g. math).
+        ValueError: ``rows_per_episode < 0``, ``labels`` not in :data:`LABEL_MODES`, ``think``
+            other than ``"task"`` but ``"state"`` with ``labels="sweep"``, or steps of another
+            prompt format (e.g. math).
     """
     if rows_per_episode < 0:
         raise ValueError(f"rows_per_episode must be >= 0, got {rows_per_episode}")
+    if think != "task" and (think != "state" or labels != "sweep"):
+        raise ValueError(f"think={think!r}: 'state' is for the sweep's labels (labels='sweep'), got labels={labels!r}")
     if not traj.steps:
         return []
     conv = _is_conversation(traj)
@@ -253,12 +259,16 @@ def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0, k
         rng = random.Random(f"serl-dagger/{seed}/{traj.task.key}/{'|'.join(s.action for s in traj.steps)}")
         picked = sorted([wrong[0]] + rng.sample(wrong[1:], min(len(wrong) - 1, rows_per_episode - 1)))
         for t in picked:
-            action, s, label, think = plans[t][0], traj.steps[t], "planner", None
-            if labels in ("search", "sweep") and not label_is_seen(plans[t], "\n".join(x.prompt for x in traj.steps[: t + 1])):
+            action, s, label, reason = plans[t][0], traj.steps[t], "planner", None
+            seen = label_is_seen(plans[t], "\n".join(x.prompt for x in traj.steps[: t + 1]))
+            if labels in ("search", "sweep") and not seen:
                 found = sweep_action(traj, t) if labels == "sweep" else (None, search_action(traj, t, prior or {}))
                 if found and found[1]:
-                    (think, action), label = found, labels
-            reply = format_response(think, action) if think else expert_reply(traj, t, action, seed)
+                    (reason, action), label = found, labels
+            if think == "state" and reason is None:
+                kind = object_type(fetched_object(plans[t])) if label == "sweep" else None
+                reason = state_think(action, plans[t], searching=kind, seen=seen)
+            reply = format_response(reason, action) if reason else expert_reply(traj, t, action, seed)
             meta = _meta(traj, "dagger", t, policy_action=s.action, expert_action=action, label=label)
             if conv:
                 msgs = _conversation(traj, t, 0) + [{"role": "user", "content": s.prompt},

@@ -426,20 +426,25 @@ def play_expert(env, task: Task, expert, tokenizer, history_length: int, max_pro
 ALFWORLD_EXPERTS = ("walkthrough", "planner", "search", "sweep")
 
 
-def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: float = 0.0):
+def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: float = 0.0, think: str = "task"):
     """The expert of ``task.env_name``: for ALFWorld :class:`AlfWorldExpert` (``expert`` None or
     ``"walkthrough"``; with ``detours`` > 0
     :class:`~serl.rollout.expert_detours.AlfWorldDetourExpert`, a detour before a ``go to`` with
     that probability), :class:`AlfWorldPlannerExpert` (``"planner"``) or
     :class:`~serl.rollout.expert_search.AlfWorldSearchExpert` (``"search"``: the planner, searching
     for objects the agent has not seen in a random order; ``"sweep"``: in the order of the first
-    turn's list); for WebShop
+    turn's list; with ``think="state"`` every reply's reasoning names what the agent sees,
+    :func:`~serl.rollout.expert_search.state_think`); for WebShop
     :class:`WebShopOracle` (``expert`` must be None).
 
     Raises:
-        EnvError: no expert for that env, no expert of that name for it, or ``detours`` for
-            another expert than the walkthrough, or outside [0, 1].
+        EnvError: no expert for that env, no expert of that name for it, ``detours`` for
+            another expert than the walkthrough, or outside [0, 1], or ``think`` other than
+            ``"task"`` but for the sweep (``"state"``).
     """
+    if think != "task" and (task.env_name != "alfworld" or expert != "sweep" or think != "state"):
+        raise EnvError(f"think={think!r}: the reasoning that names what the agent sees ('state') is the sweep's "
+                       f"(ALFWorld, expert='sweep'); got expert {expert or 'default'} for {task.env_name}")
     if detours and (task.env_name != "alfworld" or expert not in (None, "walkthrough") or not 0.0 < detours <= 1.0):
         raise EnvError(f"detours are for ALFWorld's walkthrough expert, with a probability in (0, 1]; "
                        f"got detours={detours} for {task.env_name} expert {expert or 'default'}")
@@ -455,7 +460,7 @@ def make_expert(task: Task, seed: int, expert: Optional[str] = None, detours: fl
         if expert in ("search", "sweep"):
             from serl.rollout.expert_search import AlfWorldSearchExpert
 
-            return AlfWorldSearchExpert(task, seed, alfworld_think, "random" if expert == "search" else "list")
+            return AlfWorldSearchExpert(task, seed, alfworld_think, "random" if expert == "search" else "list", think)
         raise EnvError(f"no ALFWorld expert {expert!r}; valid: {list(ALFWORLD_EXPERTS)}")
     if task.env_name == "webshop":
         if expert is not None:
@@ -513,7 +518,7 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
                    max_steps: int, seed: int = 0, min_score: float = 1.0,
                    on_episode: Optional[Callable[[ExpertEpisode, ExpertSummary], None]] = None,
                    expert: Optional[str] = None, prompt_layout: str = "step", turn_actions: str = "state",
-                   detours: float = 0.0) -> tuple[list[dict[str, Any]], ExpertSummary]:
+                   detours: float = 0.0, think: str = "task") -> tuple[list[dict[str, Any]], ExpertSummary]:
     """Play the expert of every task and keep the episodes whose ``task_score >= min_score``.
 
     Args:
@@ -528,6 +533,7 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
         prompt_layout, turn_actions: as for :func:`play_expert` (``conversation``: one row per
             episode).
         detours: ALFWorld's walkthrough with detours (:func:`make_expert`; 0 = none).
+        think: the replies' reasoning (:func:`make_expert`; ``"state"`` for the sweep).
 
     Returns:
         ``(rows, summary)``: the kept rows in task order, step order.
@@ -539,7 +545,7 @@ def collect_expert(env, tasks: Iterable[Task], tokenizer, *, history_length: int
     rows: list[dict[str, Any]] = []
     summary = ExpertSummary()
     for task in tasks:
-        ep = play_expert(env, task, make_expert(task, seed, expert, detours), tokenizer, history_length, max_prompt_length,
+        ep = play_expert(env, task, make_expert(task, seed, expert, detours, think), tokenizer, history_length, max_prompt_length,
                          max_steps, prompt_layout, turn_actions)
         kept = is_kept(ep, min_score)
         summary.add(task.task_type, ep.won, ep.gave_up, ep.task_score, ep.steps, ep.rows if kept else None)

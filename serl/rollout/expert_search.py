@@ -25,6 +25,11 @@ an agent that has not seen ``X`` must:
   determines the target;
 * every receptacle visited (the object in a place the search cannot see into): the planner's action.
 
+With ``think_mode="state"`` (``--expert sweep --think state``) every reply's reasoning names what
+the agent sees and why the action follows (:func:`state_think`: ``The cabinet 3 is closed and I have
+not seen a mug yet, so I open it.``), where by default the replies other than the sweep's ``go to``
+take the walkthroughs' task templates; the actions are the same either way.
+
 Every reply trains (weight 1): the search is the behaviour to learn. Once a turn names ``X``,
 the planner's plan goes there and takes it; a plan of the full game from there is still the
 planner's own, so the episode wins unless the step limit ends it first. The search is serl's
@@ -53,8 +58,13 @@ from typing import Callable, Optional
 from serl.envs.base import StepResult, Task
 
 SEARCH_ORDERS = ("random", "list")
+#: what a sweep reply's reasoning says: ``"task"``, the walkthroughs' task templates (the sweep's go
+#: to sentence aside); ``"state"``, what the agent sees and why the action follows (:func:`state_think`)
+THINK_MODES = ("task", "state")
 SWEEP_THINK = "I have not seen {article} {kind} yet; {place} is the first place on the list I have not been to."
 _FOUND = re.compile(r"^(?:take (.+) from .+|use (.+))$")
+_WITH = re.compile(r"^(heat|cool|clean) (.+) with (.+)$")
+_MOVE = re.compile(r"^move (.+) to (.+)$")
 _ARRIVE = re.compile(r"You arrive at (.+?)\.")
 _OPENED = re.compile(r"You open the (.+?)\.")
 
@@ -69,19 +79,25 @@ class AlfWorldSearchExpert:
         think: ``think(task_text, action, rng) -> str``, the reply's reasoning
             (:func:`serl.rollout.expert.alfworld_think`).
         order: ``"random"`` or ``"list"`` (:data:`SEARCH_ORDERS`; see the module docstring).
+        think_mode: ``"task"`` (``think`` for every reply but the sweep's ``go to`` sentence) or
+            ``"state"`` (order ``"list"`` only: :func:`state_think` for every reply, ``think`` unused).
 
     Raises:
-        ValueError: ``order`` not in :data:`SEARCH_ORDERS`.
+        ValueError: ``order`` not in :data:`SEARCH_ORDERS`, ``think_mode`` not in
+            :data:`THINK_MODES`, or ``"state"`` with the random order.
 
     ``act`` calls ``env.expert_plan()``, so the env must be an
     :class:`~serl.envs.alfworld.AlfWorldEnv` in this process. ``searches`` counts the actions the
     search chose instead of the planner, over the episode.
     """
 
-    def __init__(self, task: Task, seed: int, think: Callable, order: str = "random"):
+    def __init__(self, task: Task, seed: int, think: Callable, order: str = "random", think_mode: str = "task"):
         if order not in SEARCH_ORDERS:
             raise ValueError(f"search order must be one of {list(SEARCH_ORDERS)}, got {order!r}")
-        self.task, self.seed, self.think, self.order = task, seed, think, order
+        if think_mode not in THINK_MODES or (think_mode == "state" and order != "list"):
+            raise ValueError(f"think mode must be one of {list(THINK_MODES)} ('state' with the list order, "
+                             f"the sweep), got {think_mode!r} with order {order!r}")
+        self.task, self.seed, self.think, self.order, self.think_mode = task, seed, think, order, think_mode
         self.rng = random.Random(f"serl-expert-search/{seed}/{task.key}")
         self.seen: list[str] = []  # every observation and admissible list so far, the first first
         self.places: Optional[list[str]] = None  # the first turn's go-to list (order="list")
@@ -111,6 +127,10 @@ class AlfWorldSearchExpert:
                 think, action = found
                 if think is not None:
                     return think, action
+                if self.think_mode == "state":
+                    return state_think(action, plan, searching=object_type(fetched_object(plan))), action
+        if self.think_mode == "state":
+            return state_think(action, plan, seen=label_is_seen(plan, seen)), action
         return self.think(result.task, action, self.rng), action
 
 
@@ -137,8 +157,61 @@ def sweep_step(plan: list[str], seen_text: str, admissible: list[str],
     if place in arrived_at(seen_text)[-1:]:  # an open where it stands
         return None, found
     kind = object_type(fetched_object(plan))
-    article = "an" if kind[:1] in "aeiou" else "a"
-    return SWEEP_THINK.format(article=article, kind=kind, place=place), found
+    return SWEEP_THINK.format(article=_article(kind), kind=kind, place=place), found
+
+
+def state_think(action: str, plan: list[str], searching: Optional[str] = None, seen: bool = True) -> str:
+    """A reply's reasoning that names what the agent sees and why ``action`` follows from it
+    (``think_mode="state"``; a serl option, not in ALFWorld's recipes, whose replies have none):
+
+    * ``go to P``, a sweep step (``searching``): :data:`SWEEP_THINK`;
+    * ``open R``: ``The R is closed[ and I have not seen a X yet], so I open it.``;
+    * ``take X from R`` / ``use X``: ``The X is here, so I take it.`` / ``... use it.``;
+    * ``go to R``, the planner's: ``I saw the X at the R, so I go there.`` where the plan goes to
+      take or use ``X`` there (``seen`` False, the sweep having visited every place: ``I have not
+      found a X; I go to the R.``), ``I have the X, so I go to the R to heat it.`` (cool, clean;
+      ``to put it there`` for ``move``), else ``I go to the R.``;
+    * ``heat|cool|clean X with R`` / ``move X to R``: ``I have the X and I am at the R, so I heat it.``
+      / ``... so I put it there.``;
+    * anything else: ``The next step is to <action>.``
+
+    So the reasoning's first words are read off the last observation (``The cabinet 3 is closed.``,
+    ``you see a mug 1``) rather than drawn from templates that name the task: the measured failure
+    of sweep models trained with the task templates is one reply (the sweep's ``go to`` sentence)
+    at every state, closed places and the object in sight included (docs: "ALFWorld", "Why it never
+    opens or takes").
+
+    Args:
+        action: the reply's action.
+        plan: the planner's plan from the state, first action first (a ``go to``'s purpose is
+            read off its next action past an ``open``).
+        searching: the type of the object a search step looks for (``"mug"``), or None.
+        seen: whether the object a ``go to`` of the planner fetches was named in what the agent read.
+    """
+    if action.startswith("go to "):
+        place = action[len("go to "):]
+        if searching:
+            return SWEEP_THINK.format(article=_article(searching), kind=searching, place=place)
+        nxt = next((a for a in plan[1:3] if not a.startswith("open ")), "") if plan[:1] == [action] else ""
+        obj, w, m = fetched_object(plan) if plan[:1] == [action] else None, _WITH.match(nxt), _MOVE.match(nxt)
+        if obj:
+            return (f"I saw the {obj} at the {place}, so I go there." if seen
+                    else f"I have not found {_article(object_type(obj))} {object_type(obj)}; I go to the {place}.")
+        if w or m:
+            what, verb = (w.group(2), w.group(1) + " it") if w else (m.group(1), "put it there")
+            return f"I have the {what}, so I go to the {place} to {verb}."
+        return f"I go to the {place}."
+    if action.startswith("open "):
+        unseen = f" and I have not seen {_article(searching)} {searching} yet" if searching else ""
+        return f"The {action[len('open '):]} is closed{unseen}, so I open it."
+    found, w, m = _FOUND.match(action), _WITH.match(action), _MOVE.match(action)
+    if found:
+        return f"The {found.group(1) or found.group(2)} is here, so I {'take' if found.group(1) else 'use'} it."
+    if w:
+        return f"I have the {w.group(2)} and I am at the {w.group(3)}, so I {w.group(1)} it."
+    if m:
+        return f"I have the {m.group(1)} and I am at the {m.group(2)}, so I put it there."
+    return f"The next step is to {action}."
 
 
 def search_step(seen_text: str, admissible: list[str], rng: Optional[random.Random],
@@ -201,6 +274,10 @@ def label_is_seen(plan: list[str], seen_text: str) -> bool:
     """
     obj = fetched_object(plan)
     return obj is None or re.search(rf"(?<![\w]){re.escape(obj)}(?!\d)", seen_text) is not None
+
+
+def _article(kind: str) -> str:
+    return "an" if kind[:1] in "aeiou" else "a"
 
 
 def object_type(name: str) -> str:
