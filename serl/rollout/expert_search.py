@@ -196,8 +196,9 @@ def state_think(action: str, plan: list[str], searching: Optional[str] = None, s
         place = action[len("go to "):]
         if searching:
             return SWEEP_THINK.format(article=_article(searching), kind=searching, place=place)
-        nxt = next((a for a in plan[1:3] if not a.startswith("open ")), "") if plan[:1] == [action] else ""
-        obj, w, m = fetched_object(plan) if plan[:1] == [action] else None, _WITH.match(nxt), _MOVE.match(nxt)
+        own = plan[:1] == [action]  # the plan's own go to: its purpose is the plan's next action
+        nxt = next((a for a in plan[1:3] if not a.startswith("open ")), "") if own else ""
+        obj, w, m = fetched_object(plan) if own else None, _WITH.match(nxt), _MOVE.match(nxt)
         if obj:
             return (f"I saw the {obj} at the {place}, so I go there." if seen
                     else f"I have not found {_article(object_type(obj))} {object_type(obj)}; I go to the {place}.")
