@@ -123,6 +123,11 @@ def target_object(gamefile: str | os.PathLike) -> str | None:
     return parts[1].lower() if len(parts) == 5 and parts[0] in TASK_TYPES else None
 
 
+def _instance_pattern(obj: str) -> re.Pattern:
+    """Matches an instance of object type ``obj`` in engine text (``apple`` -> ``apple 2``)."""
+    return re.compile(rf"\b{re.escape(obj)} \d+")
+
+
 def _read_game_json(path: Path) -> dict[str, Any]:
     """Parse a ``game.tw-pddl`` file; :class:`EnvError` if it is missing or not a game."""
     if not path.is_file():
@@ -538,7 +543,7 @@ class AlfWorldEnv(BaseTextEnv):
         closed = opened = takeable = took = 0
         for t in trajectories:
             obj = target_object(t.task.task_id)
-            instance = re.compile(rf"\b{re.escape(obj)} \d+") if obj else None
+            instance = _instance_pattern(obj) if obj else None
             seen = False
             for s in t.steps:
                 obs, action, allowed = s.observation or "", s.action or "", s.admissible_actions or []
@@ -554,13 +559,16 @@ class AlfWorldEnv(BaseTextEnv):
 
     @staticmethod
     def _object_metrics(lost: Sequence[Any]) -> dict[str, float]:
+        """``alfworld_lost_saw_object`` and ``alfworld_lost_took_object`` (:meth:`episode_metrics`):
+        the share of the lost episodes whose task names an object (:func:`target_object`) in which
+        some feedback names an instance of it, and in which the agent picked one up."""
         named = [(t, target_object(t.task.task_id)) for t in lost]
         named = [(t, obj) for t, obj in named if obj]
         if not named:
             return {}
         saw = took = 0
         for t, obj in named:
-            instance = re.compile(rf"\b{re.escape(obj)} \d+")
+            instance = _instance_pattern(obj)
             saw += any(instance.search(s.feedback or "") for s in t.steps)
             took += any((s.feedback or "").startswith(f"You pick up the {obj} ") for s in t.steps)
         return {"alfworld_lost_saw_object": saw / len(named), "alfworld_lost_took_object": took / len(named)}
