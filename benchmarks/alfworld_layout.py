@@ -20,7 +20,9 @@ turns list the admissible actions that ``env.turn_actions`` selects: ``all``, ``
   attention, which runs no faster than the projections.
 * ``update``: the trainer's own update (:class:`serl.train.update.PolicyUpdate`, the default
   recipe's LoRA policy, dtype and micro-batching) on the same scripted episodes in both layouts
-  (advantage +1 / −1 alternately per episode), timed apart: seconds and tokens per episode.
+  (advantage +1 / −1 alternately per episode), timed apart: seconds and tokens per episode. With
+  ``--profile``, one more update per layout under ``torch.profiler``: where its seconds go (GEMMs,
+  attention, elementwise ``mul``/``add``, the rest).
 * ``rollout``: the trainer's collector with the policy sampling (T = 1) on ``--rollout-games``
   games × ``--n`` episodes in each layout, ``--rollout-steps`` steps at most: seconds per step and
   per episode, and the hf engine's prefilled / reused prompt tokens (its turn cache).
@@ -231,11 +233,30 @@ def flops_part(tok, model_config, episodes: list[dict], lengths: list[int]) -> d
     return out
 
 
+def profile_update(trainer, batch) -> dict[str, float]:
+    """One more update on ``batch`` under ``torch.profiler``: its wall seconds (the profiler's
+    overhead included) and the self CPU seconds of its operators by kind: ``gemm`` (``aten::mm``,
+    ``addmm``, ``bmm``), ``attention`` (``scaled_dot_product_*``, forward and backward),
+    ``elementwise`` (``aten::mul``, ``add``, ``add_``) and ``other``."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        trainer.update.run(batch)
+        out = {"wall": time.perf_counter() - t0}
+    for ev in prof.key_averages():
+        name = ev.key
+        kind = ("gemm" if name in ("aten::mm", "aten::addmm", "aten::bmm") else
+                "attention" if "scaled_dot_product" in name else
+                "elementwise" if name in ("aten::mul", "aten::add", "aten::add_") else "other")
+        out[kind] = out.get(kind, 0.0) + ev.self_cpu_time_total / 1e6
+    return out
+
+
 def update_part(trainer, tok, episodes: list[dict], turn_actions: str, repeats: int,
-                micro_batches: dict[str, int]) -> dict:
+                micro_batches: dict[str, int], profile: bool = False) -> dict:
     """Seconds of the trainer's update on the scripted episodes, both layouts (interleaved);
     ``micro_batches[layout]`` > 0: that layout's ``actor.ppo_micro_batch_size`` (rows per forward
-    pass: steps, or episodes in the conversation), else the recipe's."""
+    pass: steps, or episodes in the conversation), else the recipe's. ``profile``: after the timed
+    repeats, one more update per layout under the profiler (:func:`profile_update`)."""
     from serl.train.batch import UpdateBatch
     from serl.train.packing import pack_conversations
 
@@ -265,6 +286,9 @@ def update_part(trainer, tok, episodes: list[dict], turn_actions: str, repeats: 
             t0 = time.perf_counter()
             trainer.update.run(b)
             out[layout]["seconds"].append(time.perf_counter() - t0)
+    for layout in ("step", "conversation") if profile else ():
+        actor.ppo_micro_batch_size = micro[layout]
+        out[layout]["profile_seconds"] = profile_update(trainer, batch(layout))
     for layout in out:
         out[layout]["ppo_micro_batch_size"] = micro[layout]
         s = out[layout]["seconds"]
@@ -327,6 +351,9 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="config overrides on top of the default recipe (e.g. trainer.activation_memory_gb=8)")
+    ap.add_argument("--profile", action="store_true",
+                    help="update: one more update per layout under torch.profiler, its self CPU seconds by "
+                         "operator kind (GEMMs, attention, elementwise mul/add, the rest)")
     ap.add_argument("--out", default=None, help="write the results as JSON here too")
     ap.add_argument("--expert-rows", nargs=2, metavar=("STEP", "CONV"), default=None,
                     help="update part only: episodes from `serl data expert` rows of both layouts (any env)")
@@ -391,7 +418,7 @@ def main(argv=None) -> None:
 def args_update_part(trainer, tok, episodes: list[dict], args) -> dict:
     """``update_part`` with the command line's turn actions, repeats and per-layout micro-batches."""
     return update_part(trainer, tok, episodes, args.turn_actions, args.repeats,
-                       {"step": args.step_micro_batch, "conversation": args.conversation_micro_batch})
+                       {"step": args.step_micro_batch, "conversation": args.conversation_micro_batch}, args.profile)
 
 
 def write_out(args, results: dict) -> None:

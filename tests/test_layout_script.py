@@ -50,7 +50,7 @@ def test_layout_script_times_expert_rows_of_both_layouts(tiny_model_dir, tokeniz
     out = tmp_path / "res.json"
     cmd = [sys.executable, str(REPO_ROOT / "benchmarks" / "alfworld_layout.py"), "--parts", "update",
            "--recipe", "cpu_learn_webshop", "--expert-rows", str(paths["step"]), str(paths["conversation"]),
-           "--update-episodes", "2", "--repeats", "1", "--out", str(out),
+           "--update-episodes", "2", "--repeats", "1", "--profile", "--out", str(out),
            "--set", f"model.path={tiny_model_dir}", "model.lora.r=0", "env.num_workers=1"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
@@ -60,3 +60,7 @@ def test_layout_script_times_expert_rows_of_both_layouts(tiny_model_dir, tokeniz
     assert upd["step"]["rows"] == steps and upd["conversation"]["rows"] == 2
     assert upd["conversation"]["tokens_per_episode"] < upd["step"]["tokens_per_episode"]
     assert upd["ratio_conversation_over_step"] > 0 and len(upd["step"]["seconds"]) == 1
+    for layout in ("step", "conversation"):  # --profile: one more update, its operators by kind
+        prof = upd[layout]["profile_seconds"]
+        assert prof["wall"] > 0 and prof["gemm"] > 0
+        assert set(prof) <= {"wall", "gemm", "attention", "elementwise", "other"}
