@@ -47,10 +47,10 @@ later replies exactly but none of its first, the first turn, where the walkthrou
 the object: they do not start a sweep. More steps on 194 episodes moved the first turn (step 15 of
 a 2-epoch run: 69% of the later replies exact, and greedy decoding opens a sweep at the first turn
 of all 24 held-out games, none word for word; docs: "ALFWorld", "Where the sweep is learnt").
-``think_mode="state"`` did not change that break at small scale: 20 LoRA steps on the first 12
-turns of 77 episodes, either reasoning, left the cold start copying its own first reply (0 opens,
-0 takes in 8 steps on 54 held-out games; docs: "ALFWorld", "A sweep whose replies say what the
-agent sees").
+``think_mode="state"`` did not change that break at small scale: after 20 LoRA steps on the first
+12 turns of 77 episodes, with either reasoning, the fine-tuned cold start copied its own first
+reply (0 opens, 0 takes in 8 steps on 54 held-out games; docs: "ALFWorld", "A sweep whose replies
+say what the agent sees").
 """
 
 from __future__ import annotations
