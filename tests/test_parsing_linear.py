@@ -57,14 +57,24 @@ def test_equals_the_reference_on_random_characters():
         assert action_char_spans(text) == reference_spans(text), repr(text)
 
 
+def _best_seconds(text: str, repeats: int = 5) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        action_char_spans(text)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def test_repeated_unclosed_tags_do_not_blow_up():
-    """64 KB of ``<action>`` took seconds with the regexes; the scan is linear. The time bound is
-    loose (a loaded machine); the regexes need ~100x longer at this size."""
+    """64 KB of ``<action>`` took seconds with the regexes; the scan is linear. Checked by growth,
+    not by a time bound sized for one CPU: 8x the text costs ~8x the time (the quadratic regexes
+    64x), measured side by side in this process, the best of 5 runs each. Speed itself:
+    ``benchmarks/parse_long_input.py``."""
     for tag in ("<action>", "action>", "[action>", "<action", "search["):
         small = tag * 200
         assert action_char_spans(small) == reference_spans(small), tag
-        text = tag * (65536 // len(tag))
-        t0 = time.perf_counter()
-        action_char_spans(text)
-        assert time.perf_counter() - t0 < 1.0, tag
+        short, long = tag * (32768 // len(tag)), tag * (262144 // len(tag))
+        growth = _best_seconds(long) / _best_seconds(short)
+        assert growth < 24, (tag, growth)
     assert action_char_spans("<action>" * 8192) == [(8, 8 * 8192)]

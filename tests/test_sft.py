@@ -250,7 +250,7 @@ def test_a_stopped_run_saves_its_last_finished_step(tiny_model_dir, tmp_path, ro
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_progress_moves_inside_a_step(tiny_model_dir, tmp_path, rows_file):
+def test_progress_moves_inside_a_step(tiny_model_dir, tmp_path, rows_file, monkeypatch):
     """A step of several micro-batches reports each one's rows (the bar's ``row k/n`` postfix), and
     the postfix shows them beside the last step's loss."""
     from serl.train.sft import _RowsPostfix
@@ -269,12 +269,22 @@ def test_progress_moves_inside_a_step(tiny_model_dir, tmp_path, rows_file):
         def refresh(self):
             self.drawn += 1
 
-    bar = Bar()
-    shown = _RowsPostfix(bar, every_s=3600.0)
-    shown(2, 5)
-    shown.last = "loss 1.234, 50 tok/s"
-    shown(4, 5)
-    assert bar.postfix == "row 4/5, loss 1.234, 50 tok/s" and bar.drawn == 1  # redrawn once an hour here
+    import serl.train.sft as sft_module
+
+    for boot_s in (0.5, 7 * 86400.0):  # a machine up half a second (monotonic() counts from boot), and a week
+        clock = [boot_s]
+        monkeypatch.setattr(sft_module.time, "monotonic", lambda: clock[0])
+        bar = Bar()
+        shown = _RowsPostfix(bar, every_s=3600.0)
+        shown(2, 5)
+        assert bar.drawn == 1, boot_s  # the first call draws, however long the machine has been up
+        shown.last = "loss 1.234, 50 tok/s"
+        clock[0] += 3599.0
+        shown(4, 5)
+        assert bar.postfix == "row 4/5, loss 1.234, 50 tok/s" and bar.drawn == 1  # redrawn once an hour here
+        clock[0] += 1.0
+        shown(5, 5)
+        assert bar.postfix == "row 5/5, loss 1.234, 50 tok/s" and bar.drawn == 2
 
 
 def test_resume_refuses_changed_data(tiny_model_dir, tmp_path, rows_file):

