@@ -6,6 +6,8 @@ owned by the registries that implement them, each with a ``check_config``:
 
 * :func:`serl.envs.base.check_config`: ``env.name``, then the env's own options (``env.webshop.*``);
 * :func:`serl.rollout.engine.check_config`: ``rollout.engine`` (and vLLM installed);
+* :func:`serl.rollout.action_selection.check_config`: ``rollout.action_selection`` (``score``
+  not on vLLM); and (here) ``score`` only for an env with one row per step;
 * :func:`serl.algos.filters.check_config`: ``rollout.rollout_filter_type``;
 * :func:`serl.algos.losses.check_config`: ``actor.policy_loss``, ``loss_agg_mode``, ``kl_loss_type``;
 * :func:`serl.algos.advantages.check_config`: ``algorithm.adv_estimator``, ``algorithm.gigpo.mode``,
@@ -34,7 +36,7 @@ from serl.config import DEFAULT_RECIPE, Config, parse_config, parse_config_yaml
 from serl.envs import base as env_base
 from serl.errors import ConfigError
 from serl.hindsight import modes
-from serl.rollout import engine
+from serl.rollout import action_selection, engine
 
 __all__ = ["check_config", "config_from_yaml", "load_config", "load_run_config"]
 
@@ -45,6 +47,7 @@ def _check_registries(cfg: Config) -> None:
     reported is the first in that order among the registry-owned names."""
     env_base.check_config(cfg.env)
     engine.check_config(cfg.rollout)
+    action_selection.check_config(cfg.rollout.action_selection, cfg.rollout.engine)
     filters.check_config(cfg.rollout)
     losses.check_config(cfg.actor)
     advantages.check_config(cfg.algorithm)
@@ -70,6 +73,9 @@ def _check_row_layout(cfg: Config) -> None:
             env_base.get_env_class(cfg.env.name), "turn_builder", ""):
         raise ConfigError(f"env.prompt_layout: env {cfg.env.name!r} has no conversation layout (its class names no "
                           "turn_builder); use env.prompt_layout=step")
+    if cfg.rollout.action_selection == "score" and layout != "step":
+        raise ConfigError(f"rollout.action_selection: score chooses among an env step's admissible commands, but env "
+                          f"{cfg.env.name!r} plays one row per trajectory (its actions are free code); use generate")
     sc = cfg.algorithm.serl
     if sc.enable and layout != "step" and modes.canonical_mode(sc.sampling_mode) not in modes.TRAJECTORY_ROW_MODES:
         raise ConfigError(f"algorithm.serl.sampling_mode: {sc.sampling_mode} needs one row per env step; env "

@@ -292,6 +292,12 @@ class RolloutConfig:
     #: (SmolLM2-135M: 0.27 GB in bf16, 0.54 GB in float32); the update still recomputes the log-probs with the
     #: policy itself. false = sample from the PEFT policy (serl before 2026-11-26)
     merge_lora: bool = True
+    #: how a step's action is chosen: generate (the action the policy writes, verl-agent's) |
+    #: score (the policy writes its reasoning, then the env's admissible command whose
+    #: ``<action>c</action>`` it gives the highest log-probability is taken, or one drawn from
+    #: their softmax at the temperature when sampling; hf engine, step-row envs: ALFWorld, and
+    #: WebShop's clickables; serl.rollout.action_selection)
+    action_selection: str = "generate"
     temperature: float = 1.0
     top_p: float = 1.0
     #: -1 = no top-k (verl convention)

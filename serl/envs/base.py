@@ -152,6 +152,10 @@ class BaseTextEnv:
     #: imported here): the step-row loop of verl-agent by default; the math env's tool loop
     #: (``serl.rollout.tool_loop:ToolAgentLoop``) builds one multi-turn row per trajectory
     rollout_loop: str = "serl.rollout.collector:Collector"
+    #: prefixes of the admissible actions whose argument the policy writes itself (WebShop's
+    #: ``search[``): ``rollout.action_selection=score`` cannot score them and keeps the sampled
+    #: reply where one is admitted and chosen (serl.rollout.action_selection)
+    free_text_actions: tuple[str, ...] = ()
 
     @classmethod
     def config_kwargs(cls, env_cfg: "EnvConfig") -> dict[str, Any]:

@@ -41,7 +41,8 @@ from serl.agent.chat import chat_prompt_ids, user_turn_ids
 from serl.agent.parsing import FALLBACK_CHARS, action_token_mask, project_action
 from serl.agent.prompts import PromptBuilder, get_prompt_builder, get_turn_builder
 from serl.agent.tool_chat import end_of_turn_ids
-from serl.envs.base import StepResult, Task
+from serl.envs.base import StepResult, Task, get_env_class
+from serl.rollout.action_selection import ACTION_SELECTIONS, ActionSelector
 from serl.rollout.engine import RolloutEngine, SamplingParams, sample
 from serl.trajectory import Group, Step, Trajectory
 
@@ -146,17 +147,27 @@ class Collector:
             conversation layout: the episode ends before a longer prompt (module docstring).
         prompt_layout: ``step`` or ``conversation`` (module docstring).
         turn_actions: the conversation layout's listed actions (``env.turn_actions``).
+        action_selection: ``generate`` (the action the policy wrote) or ``score`` (its reasoning,
+            then the admissible command it gives the highest likelihood:
+            :mod:`serl.rollout.action_selection`; ``rollout.action_selection``).
 
     Raises:
-        ValueError: unknown ``prompt_layout``.
-        ConfigError: ``conversation`` for an env with no turn builder.
+        ValueError: unknown ``prompt_layout`` or ``action_selection``.
+        ConfigError: ``conversation`` for an env with no turn builder; ``score`` with an engine
+            that cannot score continuations.
     """
 
     def __init__(self, pool: EnvPool, engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase, env_name: str,
                  history_length: int, max_steps: int, max_prompt_length: int, prompt_layout: str = "step",
-                 turn_actions: str = "state"):
+                 turn_actions: str = "state", action_selection: str = "generate"):
         if prompt_layout not in ("step", "conversation"):
             raise ValueError(f"unknown prompt_layout {prompt_layout!r}; valid: ['step', 'conversation']")
+        if action_selection not in ACTION_SELECTIONS:
+            raise ValueError(f"unknown action_selection {action_selection!r}; valid: {list(ACTION_SELECTIONS)}")
+        self.selector = None
+        if action_selection == "score":
+            self.selector = ActionSelector(engine, tokenizer, get_env_class(env_name).free_text_actions,
+                                           eos_ids=sorted(getattr(engine, "eos_ids", ()) or ()))
         self.prompt_layout, self.turn_actions = prompt_layout, turn_actions
         self.build_turn = get_turn_builder(env_name) if prompt_layout == "conversation" else None
         self.pool = pool
@@ -175,7 +186,8 @@ class Collector:
                     tokenizer: "PreTrainedTokenizerBase") -> "Collector":
         """The collector ``env.*`` and ``data.max_prompt_length`` describe."""
         return cls(pool, engine, tokenizer, cfg.env.name, cfg.env.history_length, cfg.env.max_steps,
-                   cfg.data.max_prompt_length, cfg.env.prompt_layout, cfg.env.turn_actions)
+                   cfg.data.max_prompt_length, cfg.env.prompt_layout, cfg.env.turn_actions,
+                   cfg.rollout.action_selection)
 
     # ------------------------------------------------------------------ prompts
     def chat_ids(self, user_text: str) -> list[int]:
@@ -205,6 +217,12 @@ class Collector:
             return self.build_turn(res.observation, res.admissible_actions, len(st.history), self.turn_actions)
         return self.build_prompt(st.traj.task_text, res.observation, res.admissible_actions, st.history,
                                  len(st.history), self.history_length)
+
+    def _reply(self, resp: list[int]) -> tuple[str, list[int], str, bool]:
+        """``(text, action mask, action, valid)`` of a reply's ids (:mod:`serl.agent.parsing`)."""
+        text, amask = action_token_mask(resp, self.tokenizer)
+        action, valid = project_action(text, self.fallback_chars)
+        return text, amask, action, valid
 
     # ------------------------------------------------------------------ loop
     def collect(self, tasks: list[Task], group_size: int, params: SamplingParams,
@@ -256,11 +274,20 @@ class Collector:
             if not active:
                 break
             responses, engine_lps = sample(self.engine, prompt_ids, params)
+            replies = [self._reply(resp) for resp in responses]
+            if self.selector is not None:
+                chosen = self.selector.select(prompt_ids, responses, [r[2] for r in replies],
+                                              [states[i].result.admissible_actions for i in active],
+                                              greedy=not params.do_sample, temperature=params.temperature)
+                for k, new_resp in enumerate(chosen):
+                    if new_resp is not None:  # the engine's log-probs were of the tokens replaced
+                        responses[k], replies[k] = new_resp, self._reply(new_resp)
+                        if engine_lps is not None:
+                            engine_lps[k] = None
             actions: list[str | None] = [None] * len(states)
             parsed = {}
             for k, (i, ids, resp) in enumerate(zip(active, prompt_ids, responses)):
-                text, amask = action_token_mask(resp, self.tokenizer)
-                action, valid = project_action(text, self.fallback_chars)
+                text, amask, action, valid = replies[k]
                 actions[i] = action
                 parsed[i] = (ids, resp, text, amask, action, valid, None if engine_lps is None else engine_lps[k])
             step_results = self.pool.step(actions)
@@ -288,6 +315,8 @@ class Collector:
             if progress is not None:
                 progress(t + 1, sum(not s.done for s in states))
         self.last_metrics = {"rollout/prompt_truncated_fraction": n_truncated / max(1, n_prompts)}
+        if self.selector is not None:
+            self.last_metrics.update(self.selector.metrics())
         if conversation:
             self.last_metrics["rollout/context_overflow_fraction"] = n_overflow / max(1, len(states))
         return groups

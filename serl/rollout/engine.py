@@ -283,6 +283,29 @@ class HFEngine:
             self.model.train(was_training)
         return out  # type: ignore[return-value]
 
+    @torch.no_grad()
+    def score_continuations(self, contexts: list[list[int]], continuations: list[list[list[int]]]
+                            ) -> list[list[list[float]]]:
+        """Per context, per continuation, the log-probability (nats, temperature 1) of each of its
+        tokens (:func:`serl.rollout.candidate_scoring.continuation_log_probs`: the continuations of
+        one context in one forward, as a token tree); a context that extends a sequence of the
+        last ``generate`` call (the reply being scored) takes its keys and values from the turn
+        cache. Used by ``rollout.action_selection=score`` (:mod:`serl.rollout.action_selection`).
+
+        Args:
+            contexts: ``B`` token-id lists; continuations: ``B`` lists of non-empty token-id lists.
+
+        Returns:
+            ``B`` lists holding, per continuation, ``len(continuation)`` floats.
+        """
+        from serl.rollout.candidate_scoring import continuation_log_probs
+        from serl.rollout.turn_cache import weights_version
+
+        cache = self.turn_cache
+        if cache is not None and not cache.valid_for(weights_version(self.model)):
+            cache = None
+        return [continuation_log_probs(self.model, ctx, conts, cache) for ctx, conts in zip(contexts, continuations)]
+
     def _keep(self, cache, prompts: list[list[int]], replies: list[list[int]], width: int) -> None:
         """Hand the turn cache each row's sequence and views of its keys and values in ``cache``
         (the call's :class:`~serl.rollout.prefill.PreallocatedLayer` buffers): row ``r``'s prompt

@@ -70,6 +70,11 @@ class TurnCache:
         self._version = version
         self._next = []
 
+    def valid_for(self, version: int) -> bool:
+        """True if the kept entries were computed with the weights of :func:`weights_version`
+        ``version`` (a read between calls, as action scoring does, must not use stale ones)."""
+        return version == self._version
+
     def add(self, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Keep a sequence the current call ran.
 
