@@ -199,6 +199,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # as the run's rollouts do; vLLM gets the policy's weights (a checkpoint's) at start-up
     engine, engine_name = make_engine(
         cfg.rollout.engine, model, tok, cfg.rollout.micro_batch_size, device,
+        scores_continuations=cfg.rollout.action_selection == "score",
         **engine_options(cfg.rollout, path, dtype, device, cfg.data.max_prompt_length + cfg.data.max_response_length,
                          args.seed, _eval_sequences(cfg, n, args.greedy)))
     print(f"serl: rollout engine {engine_name} (rollout.engine={cfg.rollout.engine}, device {device})", file=sys.stderr)

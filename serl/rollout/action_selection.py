@@ -224,16 +224,20 @@ class ActionSelector:
 
 
 def check_config(action_selection: str, engine: str) -> None:
-    """``rollout.action_selection``: one of :data:`ACTION_SELECTIONS`; ``score`` not with
-    ``rollout.engine=vllm`` (vLLM's engine does not score continuations yet). Called by
-    :func:`serl.configure.check_config`.
+    """``rollout.action_selection``: one of :data:`ACTION_SELECTIONS`; ``score`` only with an
+    engine that scores continuations (``hf``; ``auto`` then resolves to one,
+    :func:`serl.rollout.engine.resolve_engine_name`; vLLM's engine does not score them yet).
+    Called by :func:`serl.configure.check_config`.
 
     Raises:
         ConfigError: naming ``rollout.action_selection``.
     """
+    from serl.rollout.engine import ENGINE_REGISTRY
+
     if action_selection not in ACTION_SELECTIONS:
         raise ConfigError(f"rollout.action_selection: unknown value {action_selection!r}; valid: "
                           f"{list(ACTION_SELECTIONS)}")
-    if action_selection == "score" and engine == "vllm":
-        raise ConfigError("rollout.action_selection: score needs rollout.engine=hf (the vLLM engine does not score "
-                          "continuations yet)")
+    if action_selection == "score" and engine in ENGINE_REGISTRY and not ENGINE_REGISTRY[engine].scores_continuations:
+        scoring = [n for n, spec in ENGINE_REGISTRY.items() if spec.scores_continuations]
+        raise ConfigError(f"rollout.action_selection: score needs rollout.engine={'|'.join(scoring)} or auto (the "
+                          f"{engine} engine does not score continuations yet)")

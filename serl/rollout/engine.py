@@ -354,6 +354,8 @@ class EngineSpec:
             measured on that device kind).
         auto_when: ``auto_when(device)`` → True where ``auto`` may pick it (default: everywhere).
         install_hint: how to make an unavailable engine available (the error's text).
+        scores_continuations: the engine has ``score_continuations`` (needed by
+            ``rollout.action_selection=score``; ``auto`` then picks among such engines only).
     """
 
     build: Callable[..., RolloutEngine]
@@ -361,6 +363,7 @@ class EngineSpec:
     priority: int
     auto_when: Callable[[str], bool] = lambda device: True
     install_hint: str = ""
+    scores_continuations: bool = False
 
 
 def vllm_installed() -> bool:
@@ -460,7 +463,7 @@ ENGINE_REGISTRY: dict[str, EngineSpec] = {
                                                            unpadded_prefill=unpadded_prefill,
                                                            prefix_caching=enable_prefix_caching,
                                                            prefill_batch_tokens=prefill_batch_tokens),
-                     available=lambda device: True, priority=0),
+                     available=lambda device: True, priority=0, scores_continuations=True),
     "vllm": EngineSpec(build=_build_vllm, available=lambda device: vllm_installed(), priority=10,
                        auto_when=_vllm_auto_ok, install_hint=VLLM_INSTALL_HINT),
 }
@@ -484,33 +487,42 @@ def check_config(rollout: "RolloutConfig") -> None:
         raise ConfigError("rollout.engine: vllm " + VLLM_INSTALL_HINT.split(" ", 1)[1])
 
 
-def resolve_engine_name(name: str, device: str) -> str:
+def resolve_engine_name(name: str, device: str, scores_continuations: bool = False) -> str:
     """The engine that ``name`` means on ``device``: ``auto`` = the available registered engine
-    with the highest priority among those that ``auto`` may pick on this device; any other name
-    is returned as is.
+    with the highest priority among those that ``auto`` may pick on this device (and, with
+    ``scores_continuations``, that score continuations: ``rollout.action_selection=score``); any
+    other name is returned as is.
 
     Raises:
         ValueError: an unknown name.
         ConfigError: a named engine not available on ``device`` (e.g. vLLM not installed; the
-            message says how to install it).
+            message says how to install it), or one that does not score continuations when
+            ``scores_continuations`` is asked for.
     """
     if name == "auto":
         ok = [(spec.priority, n) for n, spec in ENGINE_REGISTRY.items()
-              if spec.auto_when(device) and spec.available(device)]
+              if spec.auto_when(device) and spec.available(device)
+              and (spec.scores_continuations or not scores_continuations)]
         return max(ok)[1]
     if name not in ENGINE_REGISTRY:
         raise ValueError(f"unknown rollout engine {name!r}; valid: {['auto', *ENGINE_REGISTRY]}")
     spec = ENGINE_REGISTRY[name]
     if not spec.available(device):
         raise ConfigError(spec.install_hint or f"rollout engine {name!r} is not available on device {device!r}")
+    if scores_continuations and not spec.scores_continuations:
+        raise ConfigError(f"rollout.action_selection: score needs an engine that scores continuations "
+                          f"({[n for n, sp in ENGINE_REGISTRY.items() if sp.scores_continuations]}); "
+                          f"rollout.engine={name} does not")
     return name
 
 
 def make_engine(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, micro_batch_size: int,
-                device: str, **options: Any) -> tuple[RolloutEngine, str]:
+                device: str, scores_continuations: bool = False, **options: Any) -> tuple[RolloutEngine, str]:
     """Build the rollout engine ``name`` (or ``auto``) for ``device``.
 
     Args:
+        scores_continuations: the engine must score continuations
+            (``rollout.action_selection=score``; :func:`resolve_engine_name`).
         options: engine settings passed to the engine's ``build``; ``vllm`` reads
             ``model_path``, ``dtype``, ``gpu_memory_utilization``, ``enable_prefix_caching``,
             ``max_model_len`` and ``seed`` (:class:`serl.rollout.vllm_engine.VLLMEngine`), ``hf``
@@ -522,5 +534,5 @@ def make_engine(name: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
     Raises:
         ValueError, ConfigError: see :func:`resolve_engine_name`.
     """
-    resolved = resolve_engine_name(name, device)
+    resolved = resolve_engine_name(name, device, scores_continuations)
     return ENGINE_REGISTRY[resolved].build(model, tokenizer, micro_batch_size, **options), resolved

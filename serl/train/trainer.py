@@ -312,7 +312,9 @@ class Trainer:
         optimizer = make_adamw([p for p in m.policy.parameters() if p.requires_grad], cfg.actor.lr, cfg.actor.weight_decay)
         train_model, optimizer = self._prepare_distributed(optimizer, teacher_log)
         self.engine, engine_name = make_engine(cfg.rollout.engine, m.rollout_model, m.tokenizer,
-                                               cfg.rollout.micro_batch_size, self.device, **self._engine_options())
+                                               cfg.rollout.micro_batch_size, self.device,
+                                               scores_continuations=cfg.rollout.action_selection == "score",
+                                               **self._engine_options())
         self._announce(engine_name)
         self.scorer = Scorer(cfg, m.tokenizer.pad_token_id, self.device, self.dist, m.autocast)
         self.update = PolicyUpdate(cfg, m, train_model, optimizer, self.dist, self.grad_ckpt, self.scorer)
