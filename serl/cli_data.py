@@ -270,6 +270,11 @@ def cmd_data_dagger(args) -> int:
              if args.labels != "all" else ""))
     for ty, (eps, won, lab, right) in sorted(s.by_type.items()):
         print(f"  {ty:<36} {won}/{eps} won, {right}/{lab} steps right")
+    if s.scored:  # episodes played with rollout.action_selection=score
+        print(f"  action selection: at {s.scored} scored states the planner's next action was the written one "
+              f"{s.written_planner} times ({s.written_planner / s.scored:.1%}), the chosen one {s.chosen_planner} "
+              f"({s.chosen_planner / s.scored:.1%}): only chosen {s.only_chosen}, only written {s.only_written}; "
+              f"written admissible {s.written_admissible} ({s.written_admissible / s.scored:.1%})")
     searched = sum(r.get("label") == args.labels for r in rows)
     print(f"  rows: {s.rows['dagger']} expert-labelled states"
           + (f" ({searched} with a {args.labels}'s label)" if args.labels in ("search", "sweep") else "")

@@ -49,7 +49,9 @@ class Step:
             built for the terminal step too.
         done: the episode ended at this step.
         won: the task was solved at this step.
-        info: extra env fields from the step (e.g. WebShop ``task_score``).
+        info: extra env fields from the step (e.g. WebShop ``task_score``); with
+            ``rollout.action_selection=score``, ``sampled_action``: the action the policy wrote,
+            where a scored command replaced it (:mod:`serl.rollout.action_selection`).
         rollout_log_probs: the rollout engine's log-probs (nats) of ``response_ids`` at the
             sampling temperature, ``[resp_len]``, when the engine reports them (vLLM); None
             otherwise. Only logged (the engine/trainer gap); the update recomputes them.

@@ -163,6 +163,7 @@ def test_the_collector_plays_only_admissible_commands(tokenizer, tiny, layout):
         assert s.response_ids[-1] == tokenizer.eos_token_id
         acted = tokenizer.decode([t for t, m in zip(s.response_ids, s.action_mask) if m])
         assert acted.strip() == s.action  # the action tokens are the chosen command's
+        assert s.info["sampled_action"] == "take the moon"  # what the policy wrote, kept beside it
     assert col.last_metrics["rollout/scored_action_fraction"] == 1.0
     assert col.last_metrics["rollout/score_kept_sampled_fraction"] == 0.0
     if layout == "conversation":
@@ -180,3 +181,54 @@ def test_config_checks():
         from serl.rollout.action_selection import check_config
 
         check_config("score", "vllm")
+
+
+def test_auto_engine_resolves_to_one_that_scores(monkeypatch):
+    import dataclasses
+
+    from serl.rollout import engine as eng
+
+    # vLLM as if installed and auto-eligible here: auto prefers it, unless the run scores actions
+    monkeypatch.setitem(eng.ENGINE_REGISTRY, "vllm", dataclasses.replace(
+        eng.ENGINE_REGISTRY["vllm"], available=lambda device: True, auto_when=lambda device: True))
+    assert eng.resolve_engine_name("auto", "cpu") == "vllm"
+    assert eng.resolve_engine_name("auto", "cpu", scores_continuations=True) == "hf"
+    assert eng.resolve_engine_name("hf", "cpu", scores_continuations=True) == "hf"
+    with pytest.raises(ConfigError, match="rollout.action_selection: score needs an engine that scores"):
+        eng.resolve_engine_name("vllm", "cpu", scores_continuations=True)
+    from serl.rollout.action_selection import check_config
+
+    check_config("score", "auto")  # auto is fine: it resolves to hf
+    check_config("generate", "vllm")
+
+
+def test_written_and_chosen_actions_against_the_planner(tmp_path, capsys):
+    from serl.cli import main as serl_main
+    from serl.envs.base import Task
+    from serl.rollout.dagger import DaggerSummary, selection_labels
+    from serl.trajectory import Step, Trajectory, write_jsonl
+
+    fetch = ["go to desk 1", "take pen 1 from desk 1", "go to shelf 1"]
+    adm = ["go to desk 1", "go to shelf 1", "take pen 1 from desk 1"]
+    steps = [  # (chosen, written, plan from the next state)
+        ("go to desk 1", "go to desk 1", fetch[1:]),  # both the planner's
+        ("take pen 1 from desk 1", "take pen from desk", fetch[2:]),  # only the chosen (written inadmissible)
+        ("go to desk 1", "go to shelf 1", fetch[2:]),  # only the written
+        ("go to shelf 1", None, fetch[2:]),  # not scored (kept as written): not counted
+    ]
+    t = Trajectory(uid="g", traj_uid="t", task=Task("alfworld", "game-1", "pick_and_place_simple"), task_text="put a pen")
+    t.extra["expert_plan0"] = fetch
+    t.steps = [Step(step_id=i, observation="", prompt=f"p{i}", prompt_ids=[1], response_ids=[2], response_text="r",
+                    action_mask=[1], action=a, action_valid=True, admissible_actions=adm,
+                    info={"expert_plan": nxt, **({"sampled_action": w} if w else {})})
+               for i, (a, w, nxt) in enumerate(steps)]
+    assert selection_labels(t) == [(True, True, True), (False, True, False), (True, False, True)]
+    s = DaggerSummary()
+    s.add(t, [])
+    assert (s.scored, s.written_planner, s.chosen_planner, s.only_chosen, s.only_written, s.written_admissible) == \
+        (3, 2, 2, 1, 1, 2)
+    src = tmp_path / "trajectories.jsonl"
+    write_jsonl(src, [t])
+    assert serl_main(["data", "dagger", str(src), "--out", str(tmp_path / "rows.jsonl")]) == 0
+    assert ("at 3 scored states the planner's next action was the written one 2 times (66.7%), the chosen one 2 "
+            "(66.7%): only chosen 1, only written 1; written admissible 2 (66.7%)") in capsys.readouterr().out

@@ -275,12 +275,14 @@ class Collector:
                 break
             responses, engine_lps = sample(self.engine, prompt_ids, params)
             replies = [self._reply(resp) for resp in responses]
+            written: dict[int, str] = {}  # k -> the action the policy wrote, where a scored one replaced it
             if self.selector is not None:
                 chosen = self.selector.select(prompt_ids, responses, [r[2] for r in replies],
                                               [states[i].result.admissible_actions for i in active],
                                               greedy=not params.do_sample, temperature=params.temperature)
                 for k, new_resp in enumerate(chosen):
                     if new_resp is not None:  # the engine's log-probs were of the tokens replaced
+                        written[k] = replies[k][2]
                         responses[k], replies[k] = new_resp, self._reply(new_resp)
                         if engine_lps is not None:
                             engine_lps[k] = None
@@ -289,11 +291,12 @@ class Collector:
             for k, (i, ids, resp) in enumerate(zip(active, prompt_ids, responses)):
                 text, amask, action, valid = replies[k]
                 actions[i] = action
-                parsed[i] = (ids, resp, text, amask, action, valid, None if engine_lps is None else engine_lps[k])
+                parsed[i] = (ids, resp, text, amask, action, valid, None if engine_lps is None else engine_lps[k],
+                             written.get(k))
             step_results = self.pool.step(actions)
             for i in active:
                 st = states[i]
-                ids, resp, text, amask, action, valid, resp_lps = parsed[i]
+                ids, resp, text, amask, action, valid, resp_lps, sampled_action = parsed[i]
                 res = step_results[i]
                 seen = st.result
                 st.history.append((seen.observation, action))
@@ -305,6 +308,8 @@ class Collector:
                     done=bool(res.done), won=bool(res.won), info=_jsonable(res.info),
                     rollout_log_probs=resp_lps, prompt_format="conversation" if conversation else "chat",
                 )
+                if sampled_action is not None:  # rollout.action_selection=score: what the policy wrote
+                    step.info["sampled_action"] = sampled_action
                 st.traj.steps.append(step)
                 st.result = res
                 if conversation:

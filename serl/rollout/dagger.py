@@ -94,6 +94,22 @@ def step_labels(traj: Trajectory) -> list[Optional[bool]]:
     return out
 
 
+def selection_labels(traj: Trajectory) -> list[tuple[bool, bool, bool]]:
+    """Against the planner, per step whose action was chosen by likelihood
+    (``rollout.action_selection=score``: the step's ``info["sampled_action"]`` holds the action the
+    policy wrote) taken in a state with a known plan: ``(written is the planner's next action,
+    chosen is, written is admissible)``. Both are compared with the plan's next action only (the
+    written one was not played, so the plan after it is unknown); :func:`step_labels` gives the
+    played, chosen action's full label.
+    """
+    out = []
+    for s, plan in zip(traj.steps, state_plans(traj)):
+        written = s.info.get("sampled_action")
+        if written is not None and plan:
+            out.append((written == plan[0], s.action == plan[0], written in s.admissible_actions))
+    return out
+
+
 def state_plans(traj: Trajectory) -> list[Optional[list[str]]]:
     """The planner's plan from the state each step was taken in (None where none was recorded)."""
     plans = [traj.extra.get("expert_plan0")] + [s.info.get("expert_plan") for s in traj.steps[:-1]]
@@ -301,6 +317,14 @@ class DaggerSummary:
     rows: dict[str, int] = field(default_factory=lambda: {s: 0 for s in ROW_SOURCES})
     #: per task type: [episodes, won, steps labelled, right]
     by_type: dict[str, list[int]] = field(default_factory=dict)
+    #: action selection by likelihood (:func:`selection_labels`): scored states with a plan; of them,
+    #: the written / the chosen action is the planner's next, only one of the two is, the written is admissible
+    scored: int = 0
+    written_planner: int = 0
+    chosen_planner: int = 0
+    only_written: int = 0
+    only_chosen: int = 0
+    written_admissible: int = 0
 
     @property
     def wrong(self) -> int:
@@ -318,6 +342,13 @@ class DaggerSummary:
         self.right += sum(labels)
         for r in rows:
             self.rows[r["source"]] += 1
+        for written, chosen, admissible in selection_labels(traj):
+            self.scored += 1
+            self.written_planner += written
+            self.chosen_planner += chosen
+            self.only_written += written and not chosen
+            self.only_chosen += chosen and not written
+            self.written_admissible += admissible
         t = self.by_type.setdefault(traj.task.task_type, [0, 0, 0, 0])
         t[0] += 1
         t[1] += int(traj.won)
