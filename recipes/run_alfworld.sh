@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SERL on ALFWorld with the launch interface of the original (recipe/serl/run_alfworld.sh of
 # OliverLeeXZ/SERL): the same environment variables and trailing dotted overrides, mapped onto
-# `serl train recipe=<recipe> key=value ...` (our keys: serl/config/; docs/serl_modes.md).
+# `serl train recipe=<recipe> key=value ...` (our keys: serl/config/; docs/concepts/serl-modes.md).
 #
 #   MODEL_PATH=Qwen/Qwen2.5-7B-Instruct SAMPLING_MODE=anchor_successful_sample_immediate_feedback \
 #   GROUP_SIZE=8 OUTPUT_ROOT=outputs/alfworld bash recipes/run_alfworld.sh trainer.total_training_steps=150

@@ -150,7 +150,7 @@ class SerlConfig:
 
     #: turn SERL off to train plain GRPO / GiGPO
     enable: bool = True
-    #: which privileged hindsight the teacher sees (see docs/serl_modes.md); default immediate_feedback
+    #: which privileged hindsight the teacher sees (see docs/concepts/serl-modes.md); default immediate_feedback
     sampling_mode: str = "immediate_feedback"
     #: response | observation_action (how S, U and judged rollouts are rendered)
     trajectory_format: str = "response"
@@ -188,7 +188,7 @@ class SerlConfig:
     max_traj_context_steps: int = 0
     #: cap on the steps rendered in a future / anchor continuation (0 = all)
     max_future_context_steps: int = 0
-    #: where the successful sample comes from (docs/serl_modes.md): group (the original: first
+    #: where the successful sample comes from (docs/concepts/serl-modes.md): group (the original: first
     #: other successful trajectory of the same group) | buffer (ours: the group first, else the
     #: newest success on the same task from earlier iterations)
     success_source: str = "group"

@@ -210,7 +210,7 @@ class EnvConfig:
     #: math options (``env.name=math``), checked by ``serl.envs.math.options``: ``prompt_style``,
     #: ``scorer``, ``max_turns``, ``max_turn_tokens``, ``tool_response_max_chars``,
     #: ``tool_response_truncate_side``, ``tool_message_mode``, ``malformed_call_feedback``
-    #: (docs/math.md lists each with its default and the original's value)
+    #: (docs/environments/math.md lists each with its default and the original's value)
     math: dict = field(default_factory=dict)
     #: the code sandbox of envs with a code tool (``env.name=math``)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)

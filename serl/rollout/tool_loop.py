@@ -18,7 +18,7 @@ verl's ``ToolAgentLoop`` as SPEAR's math runs use it
     the env scores the assistant text                                          (reward ±1)
 
 ``max_user_turns`` (c) equals ``max_turns`` in the original and never binds before (b), so it is
-not a separate knob. Departures, each documented in docs/math.md:
+not a separate knob. Departures, each documented in docs/environments/math.md:
 
 * the context is built from token ids, the sampled ids kept as they are, with the ``\\n`` after
   ``<|im_end|>`` appended (mask 0) as the SFT data has it (:mod:`serl.agent.tool_chat`);
