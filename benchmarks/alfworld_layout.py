@@ -9,7 +9,8 @@ turns list the admissible actions that ``env.turn_actions`` selects: ``all``, ``
   task types (stratified, seeded): at each step the game's stored walkthrough action, or with
   probability ``--explore`` a random admissible one (then the walkthrough is replanned by
   restarting it from the next unplayed command), up to ``--max-steps`` steps; the reply is the
-  expert's ``<think>…</think><action>…</action>`` (:mod:`serl.rollout.expert`'s templates).
+  expert's ``<think>…</think><action>…</action>`` (the templates of
+  :mod:`serl.envs.alfworld_experts.walkthrough`).
   Per layout: prompt tokens of the first step, tokens each later step appends, the episode's
   update tokens (the step layout: every step's prompt and reply; the conversation: the one row),
   and the 50-step episode's projected length against SmolLM2's 8,192-token context.
@@ -62,8 +63,9 @@ from serl.agent.chat import chat_prompt_ids  # noqa: E402
 from serl.agent.prompts.alfworld import build_prompt, build_turn  # noqa: E402
 from serl.agent.parsing import action_token_mask  # noqa: E402
 from serl.envs.alfworld import AlfWorldEnv, walkthrough  # noqa: E402
+from serl.envs.alfworld_experts.walkthrough import ALFWORLD_THINK, task_phrase  # noqa: E402
 from serl.rollout.collector import build_step_prompt, conversation_turn_ids  # noqa: E402
-from serl.rollout.expert import ALFWORLD_THINK, _task_phrase, format_response  # noqa: E402
+from serl.rollout.expert import format_response  # noqa: E402
 from serl.utils import cpu_kind  # noqa: E402
 
 TURN_ACTIONS = ("all", "state", "none")
@@ -107,7 +109,7 @@ def scripted_episode(env: AlfWorldEnv, task, max_steps: int, explore: float, rng
 
 
 def reply(task_text: str, action: str, t: int) -> str:
-    return format_response(ALFWORLD_THINK[t % len(ALFWORLD_THINK)].format(task=_task_phrase(task_text), action=action),
+    return format_response(ALFWORLD_THINK[t % len(ALFWORLD_THINK)].format(task=task_phrase(task_text), action=action),
                            action)
 
 

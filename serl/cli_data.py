@@ -130,19 +130,53 @@ def _data_expert_math(args) -> int:
     return 0
 
 
-def cmd_data_expert(args) -> int:
-    """``serl data expert``: expert trajectories as SFT rows (:mod:`serl.rollout.expert`; math:
-    :func:`_data_expert_math`)."""
+def _or(names) -> str:
+    """``a, b or c``."""
+    names = list(names)
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+
+
+def check_expert_flags(args) -> None:
+    """``--expert``, ``--detours`` and ``--think`` of ``serl data expert`` against the experts of the
+    env class of ``args.env`` (its ``expert_names`` and ``expert_options``,
+    :class:`serl.envs.base.BaseTextEnv`); a refusal names the envs whose experts take the flag
+    (:func:`serl.envs.base.expert_envs`).
+
+    Raises:
+        ConfigError: an ``--expert`` the env has not, ``--detours`` for an expert that takes none or
+            outside (0, 1], ``--think`` other than ``task`` for an expert that takes none.
+    """
+    from serl.envs.base import expert_envs, get_env_class
     from serl.errors import ConfigError
 
-    if args.expert is not None and args.env != "alfworld":
-        raise ConfigError(f"--expert is for alfworld (walkthrough, planner, search or sweep); {args.env} has one expert")
-    if args.detours and (args.env != "alfworld" or args.expert in ("planner", "search", "sweep") or not 0.0 < args.detours <= 1.0):
-        raise ConfigError(f"--detours is a probability in (0, 1] for alfworld's walkthrough expert; got "
-                          f"{args.detours} for {args.env}" + (f" --expert {args.expert}" if args.expert in ("planner", "search", "sweep") else ""))
-    if args.think != "task" and (args.env != "alfworld" or args.expert != "sweep"):
-        raise ConfigError(f"--think {args.think} is for alfworld's sweep (--expert sweep); got {args.env}"
+    def owners(option: str, tail: str) -> str:
+        """``alfworld's walkthrough`` + ``tail``: the experts that take ``option``, in each env that has one."""
+        return _or(f"{n}'s {_or(e)}" + tail.format(_or(e)) for n, c in expert_envs().items()
+                   if (e := c.expert_options.get(option))) or "no expert"
+
+    cls = get_env_class(args.env)
+    names, options = cls.expert_names, cls.expert_options
+    if args.expert is not None and args.expert not in names:
+        named = ", ".join(f"{n} ({_or(c.expert_names)})" for n, c in expert_envs().items() if c.expert_names)
+        raise ConfigError(f"--expert is for {named or 'no env'}; {args.env} has "
+                          + (f"the experts {_or(names)}" if names else "one expert"))
+    takers, chosen = options.get("detours", ()), args.expert or (names[0] if names else None)
+    if args.detours and (chosen not in takers or not 0.0 < args.detours <= 1.0):
+        raise ConfigError(f"--detours is a probability in (0, 1] for {owners('detours', ' expert')}; "
+                          f"got {args.detours} for {args.env}"
+                          + (f" --expert {args.expert}" if args.expert is not None and args.expert not in takers else ""))
+    if args.think != "task" and args.expert not in options.get("think", ()):
+        raise ConfigError(f"--think {args.think} is for {owners('think', ' (--expert {})')}; got {args.env}"
                           + (f" --expert {args.expert}" if args.expert else ""))
+
+
+def cmd_data_expert(args) -> int:
+    """``serl data expert``: expert trajectories as SFT rows, played from the experts the env class
+    hands out (:meth:`serl.envs.base.BaseTextEnv.make_expert`, :mod:`serl.rollout.expert`; math:
+    :func:`_data_expert_math`, rows from GSM8K's annotated solutions, no expert played)."""
+    from serl.errors import ConfigError
+
+    check_expert_flags(args)
     if args.env == "math":
         return _data_expert_math(args)
     import time
@@ -339,7 +373,7 @@ def add_data_parser(sub) -> None:
                     "state; planner asks fast-downward for a plan from each state (serl.envs.alfworld_expert); "
                     "search: the planner, but where it would fetch an object no turn has named, it opens "
                     "the closed receptacle it stands at or goes to one not visited yet, drawn at random "
-                    "(serl.rollout.expert_search); sweep: the same search, in the order of the first turn's list")
+                    "(serl.envs.alfworld_experts.search); sweep: the same search, in the order of the first turn's list")
     ex.add_argument("--think", choices=["task", "state"], default="task",
                     help="alfworld --expert sweep: the replies' reasoning; task (default): the walkthroughs' "
                     "sentences that name the task (the sweep's go-to sentence aside); state: a sentence that "
@@ -352,7 +386,7 @@ def add_data_parser(sub) -> None:
                     help="alfworld walkthrough only: before each of its go-to commands, with probability P "
                     "(at most twice an episode), first go to another receptacle and there, half the time, try "
                     "the take the walkthrough makes next (refused); these replies are context (weight 0), the "
-                    "walkthrough's way on from there is trained (serl.rollout.expert_detours; default 0: none)")
+                    "walkthrough's way on from there is trained (serl.envs.alfworld_experts.detours; default 0: none)")
     ex.set_defaults(fn=cmd_data_expert)
     dg = dsub.add_parser("dagger", help="ALFWorld: SFT rows from the policy's own episodes, labelled by the planner",
                          description="DAgger's data step (arXiv 1011.0686): read episodes the policy played with "

@@ -11,13 +11,14 @@ from serl.agent.chat import chat_prompt_ids, conversation_head, user_turn_ids
 from serl.agent.prompts.alfworld import build_prompt, build_turn, turn_action_list
 from serl.configure import load_config
 from serl.envs.alfworld import AlfWorldEnv, fixture_data_dir, walkthrough
+from serl.envs.alfworld_experts.walkthrough import ALFWORLD_THINK, task_phrase
 from serl.envs.pool import EnvPool
 from serl.errors import ConfigError
 from serl.models.loading import load_causal_lm
 from serl.models.teacher import teacher_prompt_ids
 from serl.rollout.collector import Collector
 from serl.rollout.engine import SamplingParams
-from serl.rollout.expert import ALFWORLD_THINK, _task_phrase, format_response
+from serl.rollout.expert import format_response
 from serl.train.batch import UpdateBatch, collate, response_logprobs
 from serl.train.packing import Span, pack_conversations, unpack_to_steps
 
@@ -77,7 +78,7 @@ def look_task():
 
 
 def _replies(task, task_text="x"):
-    return [format_response(ALFWORLD_THINK[0].format(task=_task_phrase(task_text), action=a), a) for a in walkthrough(task)]
+    return [format_response(ALFWORLD_THINK[0].format(task=task_phrase(task_text), action=a), a) for a in walkthrough(task)]
 
 
 def test_conversation_prompts_chain_and_the_expert_wins(tokenizer, look_task):

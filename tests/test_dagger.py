@@ -15,6 +15,7 @@ from serl.agent.tool_chat import render_sft_conversation
 from serl.cli import main as serl_main
 from serl.configure import check_config, load_config
 from serl.envs.alfworld import AlfWorldEnv, fixture_data_dir, walkthrough
+from serl.envs.alfworld_experts.walkthrough import ALFWORLD_THINK, task_phrase
 from serl.envs.base import Task
 from serl.envs.pool import EnvPool
 from serl.errors import ConfigError, SerlError
@@ -22,7 +23,7 @@ from serl.rollout.collector import Collector
 from serl.rollout.dagger import (LABEL_MODES, DaggerSummary, dagger_rows, is_exploring, label_is_seen, labelled_states,
                                  receptacle_prior, search_action, state_plans, step_labels, sweep_action)
 from serl.rollout.engine import SamplingParams
-from serl.rollout.expert import ALFWORLD_THINK, _task_phrase, format_response
+from serl.rollout.expert import format_response
 from serl.train.sft_data import read_rows
 from serl.trajectory import Step, Trajectory, write_jsonl
 
@@ -83,7 +84,7 @@ def test_a_dagger_row_is_the_chat_up_to_the_mistake_and_the_experts_reply(played
     assert [m["role"] for m in row["messages"]] == ["user", "assistant", "user", "assistant"]
     assert row["messages"][1]["weight"] == 0 and "weight" not in row["messages"][3]
     reply = row["messages"][3]["content"]
-    assert reply.endswith(f"<action>{expert}</action>") and _task_phrase(traj.task_text) in reply
+    assert reply.endswith(f"<action>{expert}</action>") and task_phrase(traj.task_text) in reply
     assert any(reply.startswith("<think>" + t.split("{")[0]) for t in ALFWORLD_THINK)
     ids, mask = render_sft_conversation(tokenizer, row["messages"], [])
     s1 = traj.steps[1]

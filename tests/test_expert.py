@@ -13,17 +13,17 @@ from serl.agent.chat import chat_prompt_ids
 from serl.configure import load_config
 from serl.agent.parsing import FALLBACK_CHARS, project_action
 from serl.envs.alfworld import AlfWorldEnv, extract_task, fixture_data_dir, walkthrough
+from serl.envs.alfworld_experts import ALFWORLD_THINK
 from serl.envs.base import EnvError
 from serl.envs.pool import EnvPool
 from serl.envs.webshop.catalog import hidden_price
 from serl.envs.webshop.env import WebShopEnv, load_world
+from serl.envs.webshop.expert import WebShopOracle
 from serl.envs.webshop.goals import priced_goal
 from serl.envs.webshop.reward import get_reward
 from serl.rollout.collector import Collector
 from serl.rollout.engine import SamplingParams
 from serl.rollout.expert import (
-    ALFWORLD_THINK,
-    WebShopOracle,
     collect_expert,
     make_expert,
     pick_tasks,
@@ -174,6 +174,41 @@ def test_make_expert_unknown_env():
 
     with pytest.raises(EnvError, match="no expert for env"):
         make_expert(Task("other", "1", "x"), 0)
+    with pytest.raises(EnvError, match=r"^no expert for env 'math'; valid: \['alfworld', 'webshop'\]$"):
+        make_expert(Task("math", "1", "gsm8k"), 0)  # math's expert rows come from GSM8K, not a played expert
+
+
+def _scripted_factory(task, seed, expert=None, **options):
+    return ("scripted", task.task_id, seed, expert, options)
+
+
+def test_experts_come_from_the_env_class(monkeypatch):
+    """make_expert names no env: it asks the env class of the task (its expert_factory entry point),
+    passing on the options the caller set; an option the env's experts do not take is refused."""
+    import inspect
+
+    import serl.rollout.expert as expert_mod
+    from serl.envs import base
+
+    class ScriptedEnv(base.BaseTextEnv):
+        name = "scripted"
+        expert_factory = f"{__name__}:_scripted_factory"
+        expert_names = ("a", "b")
+        expert_options = {"think": ("b",)}
+
+    monkeypatch.setitem(base.ENV_ENTRY_POINTS, "scripted", f"{__name__}:ScriptedEnv")
+    monkeypatch.setitem(base._LOADED, "scripted", ScriptedEnv)
+    task = base.Task("scripted", "7", "t")
+    assert make_expert(task, 3) == ("scripted", "7", 3, None, {})
+    assert make_expert(task, 3, "b", think="state") == ("scripted", "7", 3, "b", {"think": "state"})
+    assert "scripted" in base.expert_envs() and "math" not in base.expert_envs()
+    refused = "^detours=0.5: no scripted expert takes that option; it is for alfworld's walkthrough$"
+    with pytest.raises(EnvError, match=refused):
+        make_expert(task, 3, detours=0.5)
+    monkeypatch.setattr(ScriptedEnv, "expert_factory", "")
+    with pytest.raises(EnvError, match=r"^no expert for env 'scripted'; valid: \['alfworld', 'webshop'\]$"):
+        make_expert(task, 3)
+    assert "env_name ==" not in inspect.getsource(expert_mod)
 
 
 def test_cli_writes_the_file(tmp_path, tiny_model_dir, capsys):

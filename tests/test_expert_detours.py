@@ -1,4 +1,4 @@
-"""ALFWorld's walkthrough expert with detours (serl.rollout.expert_detours, `serl data expert
+"""ALFWorld's walkthrough expert with detours (serl.envs.alfworld_experts.detours, `serl data expert
 --detours`): through the real engine on the shipped train games, every episode is still won, the
 trained replies are the walkthrough in order, the context-only replies are the detours' `go to`
 and refused `take`s (which the engine answers "Nothing happens."), and `serl sft` trains on none of
@@ -13,8 +13,8 @@ import pytest
 from serl.agent.tool_chat import render_sft_conversation
 from serl.envs.alfworld import fixture_data_dir, walkthrough
 from serl.envs.base import EnvError
-from serl.rollout.expert import alfworld_think, collect_expert, make_expert, play_expert
-from serl.rollout.expert_detours import AlfWorldDetourExpert
+from serl.envs.alfworld_experts import AlfWorldDetourExpert, alfworld_think
+from serl.rollout.expert import collect_expert, make_expert, play_expert
 from serl.train.sft_data import encode_conversation
 
 

@@ -1,6 +1,6 @@
-"""ALFWorld's planner expert made to search (serl.rollout.expert_search, `serl data expert --expert
-search`): one search step and the choice between search and planner by hand (a fake planner), and
-through the real engine on the shipped train games: every episode is won with admissible actions,
+"""ALFWorld's planner expert made to search (serl.envs.alfworld_experts.search, `serl data expert
+--expert search`): one search step and the choice between search and planner by hand (a fake
+planner), and through the real engine on the shipped train games: every episode is won with admissible actions,
 episodes are longer than the walkthroughs (the search), and before the first take no place is gone
 to twice."""
 
@@ -13,8 +13,8 @@ import re
 import pytest
 
 from serl.envs.alfworld import fixture_data_dir, walkthrough
+from serl.envs.alfworld_experts.search import AlfWorldSearchExpert, search_step
 from serl.rollout.expert import collect_expert, make_expert, play_expert
-from serl.rollout.expert_search import AlfWorldSearchExpert, search_step
 
 ADMISSIBLE = ["go to cabinet 1", "go to countertop 1", "go to drawer 2", "open drawer 1", "inventory", "look"]
 
@@ -89,7 +89,7 @@ def test_act_searches_only_where_the_planner_fetches_an_unseen_object(train_task
 
 def test_sweep_follows_the_first_turns_list_and_says_so(train_tasks):
     from serl.envs.base import StepResult
-    from serl.rollout.expert_search import AlfWorldSearchExpert
+    from serl.envs.alfworld_experts.search import AlfWorldSearchExpert
 
     def state(obs, admissible):
         return StepResult(observation=obs, reward=0.0, done=False, won=False, admissible_actions=admissible,
@@ -112,7 +112,7 @@ def test_sweep_follows_the_first_turns_list_and_says_so(train_tasks):
 
 
 def test_state_think_names_what_the_agent_sees():
-    from serl.rollout.expert_search import state_think
+    from serl.envs.alfworld_experts.search import state_think
 
     fetch = ["go to countertop 2", "open countertop 2", "take mug 1 from countertop 2", "go to shelf 1"]
     cases = [
@@ -277,7 +277,7 @@ def test_cli_sweep_with_state_think(tmp_path, tiny_model_dir):
     row = json.loads(out.read_text())
     replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
     assert row["won"] and len(replies) == len(row["actions"])
-    templates = ("To ", "My task is to", "I need to")  # the task templates of serl.rollout.expert.ALFWORLD_THINK
+    templates = ("To ", "My task is to", "I need to")  # the task templates of serl.envs.alfworld_experts.ALFWORLD_THINK
     assert not any(r.startswith("<think>" + t) for r in replies for t in templates), replies
     for reply, action in zip(replies, row["actions"]):
         if action.startswith("open "):

@@ -18,6 +18,8 @@ Behaviour (as verl-agent's ALFWorld env, ``langfengQ/verl-agent@574dd5b:agent_sy
   *current* state (any state the policy reached), computed only when asked
   (:mod:`serl.envs.alfworld_expert`); ``AlfWorldEnv(expert="planner")`` also puts the plan in
   every reset / step ``info["expert_plan"]``, so DAgger can label the states of a pool's envs.
+* The scripted experts of ``serl data expert`` (walkthrough, planner, search, sweep, detours) are
+  in :mod:`serl.envs.alfworld_experts`, handed out by :meth:`AlfWorldEnv.make_expert`.
 
 Data layout: ``<data_dir>/json_2.1.1/<split>/<task-dir>/<trial>/game.tw-pddl``, ALFWorld's own.
 :func:`resolve_data_dir` picks the folder (explicit argument > ``$SERL_DATA`` > the small
@@ -236,6 +238,10 @@ class AlfWorldEnv(BaseTextEnv):
     prompt_builder = "serl.agent.prompts.alfworld:build_prompt"
     turn_builder = "serl.agent.prompts.alfworld:build_turn"
     default_max_steps = DEFAULT_MAX_STEPS
+    #: the scripted experts of ``serl data expert alfworld`` (:mod:`serl.envs.alfworld_experts`)
+    expert_factory = "serl.envs.alfworld_experts:make_expert"
+    expert_names = ("walkthrough", "planner", "search", "sweep")
+    expert_options = {"detours": ("walkthrough",), "think": ("sweep",)}
 
     @classmethod
     def config_kwargs(cls, env_cfg: Any) -> dict[str, Any]:

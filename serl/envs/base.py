@@ -15,14 +15,17 @@ as gymnasium's ``register(id, entry_point=...)``): :data:`ENV_ENTRY_POINTS`,
 is asked for, so this module stays a leaf (it imports nothing from the env modules) and
 :func:`check_config` can check ``env.name`` without importing ALFWorld or WebShop. An env may
 also register a check of its own config options (``"module:function"``, :data:`ENV_CONFIG_CHECKS`),
-imported only when that env is the one configured.
+imported only when that env is the one configured. An env class hands out its scripted experts
+for supervised cold-start rows the same way (:meth:`BaseTextEnv.make_expert`: the
+``"module:function"`` factory its :attr:`~BaseTextEnv.expert_factory` names, imported on first use).
 """
 
 from __future__ import annotations
 
 import importlib
+import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, Sequence, runtime_checkable
 
 from serl.errors import ConfigError, EnvError  # noqa: F401  (EnvError re-exported)
 
@@ -132,7 +135,12 @@ class BaseTextEnv:
       :mod:`serl.agent.prompts`), resolved lazily by :func:`serl.agent.prompts.get_prompt_builder`;
       the env itself never imports it (envs know nothing of LLMs); :attr:`turn_builder` likewise
       for the later turns of the conversation layout;
-    - :meth:`episode_metrics`: extra evaluation metrics of finished episodes.
+    - :meth:`episode_metrics`: extra evaluation metrics of finished episodes;
+    - :meth:`make_expert`: the env's scripted expert of a task, for supervised cold-start rows
+      (``serl data expert``, played by :mod:`serl.rollout.expert`), from the factory that
+      :attr:`expert_factory` names (``"module:function"``, resolved lazily like
+      :attr:`rollout_loop`), with :attr:`expert_names` and :attr:`expert_options` telling the
+      command line which ``--expert`` names and options the env's experts take.
 
     A subclass must also implement ``reset``, ``step``, ``close`` (:class:`TextEnv`) and the
     classmethod ``list_tasks(split, data_dir=None, **kwargs) -> list[Task]``.
@@ -156,6 +164,17 @@ class BaseTextEnv:
     #: ``search[``): ``rollout.action_selection=score`` cannot score them and keeps the sampled
     #: reply where one is admitted and chosen (serl.rollout.action_selection)
     free_text_actions: tuple[str, ...] = ()
+    #: ``"module:function"`` of the env's expert factory, ``factory(task, seed, expert=None,
+    #: **options)`` -> an expert (:meth:`make_expert`); resolved on first use, never imported here
+    #: (the env module need not import its experts). "" = the env has no expert
+    expert_factory: str = ""
+    #: the names of the env's experts (:meth:`make_expert`'s ``expert``, ``serl data expert
+    #: --expert``), the default first; () = one expert at most, asked for with ``expert=None``
+    expert_names: tuple[str, ...] = ()
+    #: the options the env's expert factory takes, each with the experts that take a value other
+    #: than the option's default (ALFWorld: ``{"detours": ("walkthrough",), "think": ("sweep",)}``);
+    #: :meth:`make_expert` refuses any other, and ``serl data expert`` checks its flags against it
+    expert_options: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     @classmethod
     def config_kwargs(cls, env_cfg: "EnvConfig") -> dict[str, Any]:
@@ -190,6 +209,46 @@ class BaseTextEnv:
         :mod:`serl.trajectory` imports this module (for :class:`Task`), and naming it back, even for
         type checking only, would make an import circle."""
         return {}
+
+    @classmethod
+    def make_expert(cls, task: Task, seed: int, expert: "str | None" = None, **options: Any) -> Any:
+        """The env's scripted expert for ``task``, built by the factory :attr:`expert_factory`
+        names: an object with ``act(env, result, step)`` returning ``(think, action)``,
+        ``(think, action, weight)`` (weight 0: a reply kept as context only) or None (no action:
+        the episode ends, given up), where ``env`` is an instance of this class in this process,
+        ``result`` the :class:`StepResult` of the state and ``step`` its 0-based index; ``think``
+        is drawn from templates with :func:`expert_rng` (no LLM). :mod:`serl.rollout.expert`
+        plays it and builds the rows.
+
+        Args:
+            task: the task to play.
+            seed: picks the think templates (and any random choice of the expert).
+            expert: one of :attr:`expert_names` (None: the env's default).
+            options: the expert's own options (:attr:`expert_options`), e.g. ALFWorld's
+                ``detours`` and ``think``.
+
+        Raises:
+            EnvError: the env has no expert (``"no expert for env 'math'; valid: [...]"``), an
+                option not in :attr:`expert_options`, or what the factory refuses (an unknown
+                expert name, an option's value), or its entry point cannot be imported.
+        """
+        if not cls.expert_factory:
+            raise EnvError(f"no expert for env {task.env_name!r}; valid: {sorted(expert_envs())}")
+        unknown = [k for k in options if k not in cls.expert_options]
+        if unknown:
+            takers = {n: c.expert_options[unknown[0]] for n, c in expert_envs().items()
+                      if unknown[0] in c.expert_options}
+            raise EnvError(f"{unknown[0]}={options[unknown[0]]!r}: no {task.env_name} expert takes that option; "
+                           f"it is for " + (", ".join(f"{n}'s {' or '.join(e)}" for n, e in takers.items()) or "none"))
+        return load_entry_point(cls.expert_factory)(task, seed, expert, **options)
+
+
+def expert_rng(seed: int, task_key: str, step: int) -> random.Random:
+    """The random draw of an expert reply's think template at step ``step`` (0-based) of a task:
+    ``random.Random(f"serl-expert/{seed}/{task_key}/{step}")``, so a row depends only on the seed,
+    the task (``Task.key``: the same on every machine) and the step, not on the order tasks are
+    played in."""
+    return random.Random(f"serl-expert/{seed}/{task_key}/{step}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,6 +422,20 @@ def get_env_class(name: str) -> type:
             raise EnvError(f"env entry point {ENV_ENTRY_POINTS[name]!r} of {name!r} is not a class")
         _LOADED[name] = cls
     return _LOADED[name]
+
+
+def expert_envs() -> dict[str, type]:
+    """The registered envs that have an expert (:attr:`BaseTextEnv.expert_factory`), name -> class,
+    by name. Imports every registered env class; one that cannot be imported is left out."""
+    found = {}
+    for name in env_names():
+        try:
+            cls = get_env_class(name)
+        except (ConfigError, EnvError):
+            continue
+        if getattr(cls, "expert_factory", ""):
+            found[name] = cls
+    return found
 
 
 def list_tasks(env_cfg: "EnvConfig", split: str) -> list[Task]:

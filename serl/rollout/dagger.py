@@ -12,8 +12,9 @@ whose env puts the planner's plan from every state in the step's ``info["expert_
 collector the initial state's in ``Trajectory.extra["expert_plan0"]``
 (:meth:`serl.envs.alfworld.AlfWorldEnv.expert_plan`). :func:`step_labels` turns those plans into
 one label per step; :func:`dagger_rows` makes the rows. The expert's reply is written as
-``serl data expert`` writes the planner expert's (a think template of :data:`serl.rollout.expert.ALFWORLD_THINK`
-and the action), so DAgger rows and expert rows share one reply format.
+``serl data expert`` writes the planner expert's (a think template of
+:data:`serl.envs.alfworld_experts.walkthrough.ALFWORLD_THINK` and the action), so DAgger rows and
+expert rows share one reply format.
 
 Rows, by the step's ``prompt_format``:
 
@@ -52,9 +53,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from serl.rollout.expert import ALFWORLD_THINK, _rng, _task_phrase, format_response
-from serl.rollout.expert_search import (arrived_at, fetched_object, label_is_seen, object_type,  # noqa: F401
-                                        state_think, sweep_step)
+from serl.envs.alfworld_experts.search import (arrived_at, fetched_object, label_is_seen,  # noqa: F401
+                                               object_type, state_think, sweep_step)
+from serl.envs.alfworld_experts.walkthrough import ALFWORLD_THINK, task_phrase
+from serl.envs.base import expert_rng
+from serl.rollout.expert import format_response
 from serl.trajectory import Trajectory
 
 #: the ``source`` of a row: a state the expert labelled, or a won episode kept whole
@@ -164,7 +167,7 @@ def search_action(traj: Trajectory, t: int, prior: dict[str, Counter]) -> Option
 def sweep_action(traj: Trajectory, t: int) -> Optional[tuple[Optional[str], str]]:
     """The sweep's step from the state of step ``t`` for the object the planner's plan goes to
     fetch (``serl data expert --expert sweep``'s search,
-    :func:`serl.rollout.expert_search.sweep_step`): ``open`` the closed receptacle the agent
+    :func:`serl.envs.alfworld_experts.search.sweep_step`): ``open`` the closed receptacle the agent
     stands at, else ``go to`` the first receptacle of the first turn's admissible ``go to`` list
     it has neither arrived at nor opened. Returns ``(think, action)``, ``think`` the sweep's
     reasoning (None for the ``open``: the caller's template), or None when the plan fetches
@@ -191,9 +194,9 @@ def is_exploring(action: str, admissible: list[str], seen_text: str) -> bool:
 
 def expert_reply(traj: Trajectory, step: int, action: str, seed: int) -> str:
     """The expert's reply at ``step``: a think template (picked by ``seed``, the task and the
-    step, as :class:`serl.rollout.expert.AlfWorldPlannerExpert` picks it) and ``action``."""
-    tpl = _rng(seed, traj.task.task_id, step).choice(ALFWORLD_THINK)
-    return format_response(tpl.format(task=_task_phrase(traj.task_text), action=action), action)
+    step, as :class:`serl.envs.alfworld_experts.walkthrough.AlfWorldPlannerExpert` picks it) and ``action``."""
+    tpl = expert_rng(seed, traj.task.task_id, step).choice(ALFWORLD_THINK)
+    return format_response(tpl.format(task=task_phrase(traj.task_text), action=action), action)
 
 
 def _meta(traj: Trajectory, source: str, step: int, **kw: Any) -> dict[str, Any]:
@@ -249,7 +252,7 @@ def dagger_rows(traj: Trajectory, *, rows_per_episode: int = 2, seed: int = 0, k
     the agent could not know (:func:`label_is_seen`) gets :func:`search_action` with ``prior``
     instead, where there is one; with ``labels="sweep"``, :func:`sweep_action` and its reasoning
     (the rows of ``serl data expert --expert sweep``); with ``think="state"`` too, every row's
-    reasoning is :func:`~serl.rollout.expert_search.state_think`'s (``serl data expert --think state``).
+    reasoning is :func:`~serl.envs.alfworld_experts.search.state_think`'s (``serl data expert --think state``).
 
     Each row also holds ``env``, ``task_id``, ``task_type``, ``source`` (:data:`ROW_SOURCES`),
     ``step``, ``episode_won``, and for a DAgger row ``policy_action`` / ``expert_action`` and

@@ -16,6 +16,7 @@ Modules (one concept each):
 * :mod:`.reward`: WebShop's purchase score;
 * :mod:`.pages`: the site's state machine and exact ``[SEP]`` text rendering;
 * :mod:`.env`: :class:`WebShopEnv`, registered as ``"webshop"``;
+* :mod:`.expert`: the goal-reading oracle of ``serl data expert webshop``;
 * :mod:`.options`: the ``env.webshop`` checks run when a config is loaded (a leaf).
 
 The names below are imported from :mod:`.env` on first use (PEP 562), so importing

@@ -148,6 +148,7 @@ class WebShopEnv(BaseTextEnv):
     turn_builder = "serl.agent.prompts.webshop:build_turn"
     default_max_steps = DEFAULT_MAX_STEPS
     free_text_actions = ("search[",)  # the query is the policy's own text
+    expert_factory = "serl.envs.webshop.expert:make_expert"  # the goal-reading oracle (serl data expert)
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS, data_dir: str | os.PathLike | None = None,
                  human_goals: bool = False, show_attrs: bool = False, seed: int = 0, observation_mode: str = "text",

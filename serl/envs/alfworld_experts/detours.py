@@ -39,8 +39,8 @@ class AlfWorldDetourExpert:
     Args:
         task: the ALFWorld task (its ``task_id`` is the game path).
         seed: the think templates and the detours (one ``random.Random`` per task and seed).
-        think: ``think(task_text, action, rng) -> str``, the reply's reasoning
-            (:func:`serl.rollout.expert.alfworld_think`, the walkthrough expert's templates).
+        think: ``think(task_text, action, rng) -> str``, the reply's reasoning (the walkthrough
+            expert's templates, :func:`serl.envs.alfworld_experts.walkthrough.alfworld_think`).
         p: probability of a detour before each walkthrough ``go to``, in [0, 1].
         take_p: probability of a refused ``take`` at the detour's receptacle, in [0, 1].
         max_detours: detours at most per episode.
