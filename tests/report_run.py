@@ -1,6 +1,6 @@
 """A short tiny-model SERL run whose replies are scripted (real envs, teacher, update and trace),
 so the report has action tokens with SERL weights; shared by tests/test_report*.py and used
-once to make docs/report.png.
+once to make docs/assets/serl-report.png.
 
 The tiny random model would write gibberish with no ``<action>`` tag, hence no action tokens;
 the scripted engine plays admissible actions (and sometimes a malformed reply, so the

@@ -166,7 +166,7 @@ def test_all_twenty_modes_registered_with_the_originals_names():
         "judge_current_traj_on_successful_sample",
     ]
     assert list(MODE_NAMES) == expected
-    # plus serl's two modes for one-row-per-trajectory envs (docs/math.md)
+    # plus serl's two modes for one-row-per-trajectory envs (docs/environments/math.md)
     assert set(SAMPLING_MODES) == set(expected) | {"successful_sample", "reference_solution"}
 
 

@@ -15,7 +15,7 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """What a ``sampling_mode`` shows (see the tables in ``docs/serl_modes.md``).
+    """What a ``sampling_mode`` shows (see the tables in ``docs/concepts/serl-modes.md``).
 
     Attributes:
         name: the canonical mode name.

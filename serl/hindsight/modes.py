@@ -3,7 +3,7 @@
 For every step row a mode returns a :class:`~serl.hindsight.rendering.PrivilegedContext` or
 ``None`` (no context: the row is trained as plain GRPO, ``serl_mask = 0``). The original's 20
 names are registered (SERL, arXiv 2605.19447,
-``OliverLeeXZ/SERL@5a2a85b:recipe/serl/privileged_context.py``; table in ``docs/serl_modes.md``;
+``OliverLeeXZ/SERL@5a2a85b:recipe/serl/privileged_context.py``; table in ``docs/concepts/serl-modes.md``;
 the functions are in :mod:`serl.hindsight.contexts`; :class:`ModeSpec` is in
 :mod:`serl.hindsight.mode_spec` and re-exported here):
 
