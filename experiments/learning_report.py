@@ -242,13 +242,13 @@ def _panel_rows(workdir: Path, policy: str, label: str) -> list[dict]:
 def sweep_agreement(trajectories: Path) -> tuple[int, int]:
     """Of a panel's ``go to`` / ``open`` steps, how many are the sweep expert's search step from
     that state (``serl data expert alfworld --expert sweep``: the first place of the first turn's
-    ``go to`` list not yet visited, :func:`serl.rollout.expert_search.search_step` with
+    ``go to`` list not yet visited, :func:`serl.envs.alfworld_experts.search.search_step` with
     ``places``), read off each step's observations and admissible actions. Returns ``(agreeing,
     steps)``. Every move counts, also those after the object is found, where the expert follows the
     planner: a measure to compare policies on the same games, not one whose ceiling is 1."""
     import random
 
-    from serl.rollout.expert_search import search_step
+    from serl.envs.alfworld_experts.search import search_step
     from serl.trajectory import read_jsonl
 
     agree = moves = 0
